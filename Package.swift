@@ -1,0 +1,42 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let package = Package(
+    name: "RingIO",
+    products: [
+        .library(name: "RingIO", targets: ["RingIO"]),
+        .executable(name: "ringio-demo", targets: ["ringio-demo"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CLiburing",
+            pkgConfig: "liburing",
+            providers: [.apt(["liburing-dev"])]
+        ),
+        .target(
+            name: "RingIO",
+            dependencies: [
+                "CLiburing",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        .executableTarget(
+            name: "ringio-demo",
+            dependencies: [
+                "RingIO",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        .testTarget(
+            name: "RingIOTests",
+            dependencies: [
+                "RingIO",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,60 @@
+// The liburing import shim.
+//
+// liburing 2.3's header imports into Swift only after <features.h> and
+// <linux/io_uring.h>. Macros that are not plain literals (the IOSQE_* flags,
+// built from enum bits) and the io_uring_for_each_cqe loop do not import, so
+// they are re-exported here as static inline functions.
+#ifndef RINGIO_CLIBURING_SHIM_H
+#define RINGIO_CLIBURING_SHIM_H
+
+#include <features.h>
+#include <linux/io_uring.h>
+#include <liburing.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <sys/stat.h>
+#include <poll.h>
+#include <signal.h>
+#include <pthread.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+static inline unsigned cliburing_iosqe_fixed_file(void) { return IOSQE_FIXED_FILE; }
+static inline unsigned cliburing_iosqe_io_drain(void) { return IOSQE_IO_DRAIN; }
+static inline unsigned cliburing_iosqe_io_link(void) { return IOSQE_IO_LINK; }
+static inline unsigned cliburing_iosqe_io_hardlink(void) { return IOSQE_IO_HARDLINK; }
+static inline unsigned cliburing_iosqe_async(void) { return IOSQE_ASYNC; }
+static inline unsigned cliburing_iosqe_cqe_skip_success(void) { return IOSQE_CQE_SKIP_SUCCESS; }
+
+static inline unsigned cliburing_setup_single_issuer(void) { return IORING_SETUP_SINGLE_ISSUER; }
+static inline unsigned cliburing_setup_defer_taskrun(void) { return IORING_SETUP_DEFER_TASKRUN; }
+static inline unsigned cliburing_setup_coop_taskrun(void) { return IORING_SETUP_COOP_TASKRUN; }
+static inline unsigned cliburing_setup_cqsize(void) { return IORING_SETUP_CQSIZE; }
+static inline unsigned cliburing_setup_submit_all(void) { return IORING_SETUP_SUBMIT_ALL; }
+
+static inline unsigned cliburing_async_cancel_any(void) { return IORING_ASYNC_CANCEL_ANY; }
+static inline unsigned cliburing_async_cancel_all(void) { return IORING_ASYNC_CANCEL_ALL; }
+
+static inline unsigned cliburing_feat_nodrop(void) { return IORING_FEAT_NODROP; }
+static inline unsigned cliburing_sq_cq_overflow(void) { return IORING_SQ_CQ_OVERFLOW; }
+
+/// The number of entries io_uring_for_each_cqe would visit, without the macro.
+static inline unsigned cliburing_cq_ready(struct io_uring *ring) { return io_uring_cq_ready(ring); }
+
+/// Whether the kernel set the CQ-overflow flag (completions are held in the kernel).
+static inline int cliburing_cq_has_overflow(struct io_uring *ring) {
+    return (IO_URING_READ_ONCE(*ring->sq.kflags) & IORING_SQ_CQ_OVERFLOW) != 0;
+}
+
+/// Sets user_data to a pointer (a retained Swift object); io_uring_sqe_set_data takes void *.
+static inline void cliburing_sqe_set_data64(struct io_uring_sqe *sqe, unsigned long long data) { sqe->user_data = data; }
+static inline void cliburing_sqe_set_flags(struct io_uring_sqe *sqe, unsigned flags) { sqe->flags = (__u8)flags; }
+
+/// The raw statx system call (glibc's wrapper needs _GNU_SOURCE tricks in Swift).
+static inline int cliburing_statx(int dirfd, const char *path, int flags, unsigned mask, struct statx *buf) {
+    return (int)syscall(SYS_statx, dirfd, path, flags, mask, buf);
+}
+
+static inline int cliburing_errno(void) { return errno; }
+
+#endif

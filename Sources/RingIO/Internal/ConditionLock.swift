@@ -1,0 +1,79 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A pthread mutex with one condition variable, for the few places that must
+/// sleep until state changes (worker threads, `IOGroup.wait`, `IOQueue.sync`).
+///
+/// `Synchronization.Mutex` has no condition variable; this is the small
+/// primitive NIO calls `ConditionLock`. The pthread objects live in manually
+/// allocated memory so that their addresses never move.
+final class ConditionLock: @unchecked Sendable {
+    // @unchecked: the only stored state is the pthread mutex and condition,
+    // which are themselves the synchronisation; they are never moved or copied.
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private let cond: UnsafeMutablePointer<pthread_cond_t>
+
+    init() {
+        mutex = .allocate(capacity: 1)
+        cond = .allocate(capacity: 1)
+        var attr = pthread_mutexattr_t()
+        pthread_mutexattr_init(&attr)
+        pthread_mutex_init(mutex, &attr)
+        pthread_mutexattr_destroy(&attr)
+        var cattr = pthread_condattr_t()
+        pthread_condattr_init(&cattr)
+        pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC)
+        pthread_cond_init(cond, &cattr)
+        pthread_condattr_destroy(&cattr)
+    }
+
+    deinit {
+        pthread_cond_destroy(cond)
+        pthread_mutex_destroy(mutex)
+        cond.deallocate()
+        mutex.deallocate()
+    }
+
+    @inline(__always) func lock() { pthread_mutex_lock(mutex) }
+    @inline(__always) func unlock() { pthread_mutex_unlock(mutex) }
+
+    @inline(__always)
+    func withLock<R>(_ body: () throws -> R) rethrows -> R {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body()
+    }
+
+    /// Waits on the condition; the lock must be held.
+    func wait() { pthread_cond_wait(cond, mutex) }
+
+    /// Waits until `deadline` (CLOCK_MONOTONIC nanoseconds); returns false on timeout.
+    func wait(untilNanoseconds deadline: UInt64) -> Bool {
+        var ts = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
+        return pthread_cond_timedwait(cond, mutex, &ts) != ETIMEDOUT
+    }
+
+    func signal() { pthread_cond_signal(cond) }
+    func broadcast() { pthread_cond_broadcast(cond) }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+@inline(__always)
+func monotonicNanoseconds() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
+}
+
+extension Duration {
+    /// The duration in whole nanoseconds, clamped to `0...UInt64.max / 2`.
+    var clampedNanoseconds: UInt64 {
+        let (s, atto) = components
+        if s < 0 { return 0 }
+        if s > 4_000_000_000 { return UInt64.max / 2 }
+        return UInt64(s) * 1_000_000_000 + UInt64(atto / 1_000_000_000)
+    }
+}

@@ -1,0 +1,55 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Starts a detached pthread named `name` (at most 15 bytes are kept) that runs `body`.
+///
+/// SIGPIPE is blocked on every library thread, so a write to a closed pipe or
+/// socket reports EPIPE instead of killing the process.
+func spawnThread(name: String, _ body: @escaping @Sendable () -> Void) {
+    final class Box: Sendable {
+        let name: String
+        let body: @Sendable () -> Void
+        init(name: String, body: @escaping @Sendable () -> Void) { self.name = name; self.body = body }
+    }
+    let box = Unmanaged.passRetained(Box(name: name, body: body)).toOpaque()
+    var attr = pthread_attr_t()
+    pthread_attr_init(&attr)
+    pthread_attr_setdetachstate(&attr, Int32(PTHREAD_CREATE_DETACHED))
+    var thread = pthread_t()
+    let rc = pthread_create(&thread, &attr, { raw in
+        let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
+        blockSIGPIPEOnThisThread()
+        _ = pthread_setname_np(pthread_self(), String(box.name.prefix(15)))
+        box.body()
+        return nil
+    }, box)
+    pthread_attr_destroy(&attr)
+    precondition(rc == 0, "RingIO: pthread_create failed with \(rc)")
+}
+
+func blockSIGPIPEOnThisThread() {
+    var set = sigset_t()
+    sigemptyset(&set)
+    sigaddset(&set, SIGPIPE)
+    pthread_sigmask(SIG_BLOCK, &set, nil)
+}
+
+/// A per-thread slot holding an unretained pointer (the queue a worker is running).
+struct ThreadLocalPointer: Sendable {
+    private let key: pthread_key_t
+
+    init() {
+        var key = pthread_key_t()
+        let rc = pthread_key_create(&key, nil)
+        precondition(rc == 0, "RingIO: pthread_key_create failed with \(rc)")
+        self.key = key
+    }
+
+    var value: UnsafeMutableRawPointer? {
+        get { pthread_getspecific(key) }
+        nonmutating set { pthread_setspecific(key, newValue) }
+    }
+}
