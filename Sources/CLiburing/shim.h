@@ -13,11 +13,13 @@
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
+#include <linux/stat.h>
 #include <poll.h>
 #include <signal.h>
 #include <pthread.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include <sys/prctl.h>
 
 static inline unsigned cliburing_iosqe_fixed_file(void) { return IOSQE_FIXED_FILE; }
 static inline unsigned cliburing_iosqe_io_drain(void) { return IOSQE_IO_DRAIN; }
@@ -47,14 +49,23 @@ static inline int cliburing_cq_has_overflow(struct io_uring *ring) {
 }
 
 /// Sets user_data to a pointer (a retained Swift object); io_uring_sqe_set_data takes void *.
+/// `struct statx` under a name Swift can see (the struct and the function share a name).
+typedef struct statx cliburing_statx_t;
+
 static inline void cliburing_sqe_set_data64(struct io_uring_sqe *sqe, unsigned long long data) { sqe->user_data = data; }
+static inline void cliburing_prep_statx(struct io_uring_sqe *sqe, int dfd, const char *path, int flags, unsigned mask, cliburing_statx_t *buf) {
+    io_uring_prep_statx(sqe, dfd, path, flags, mask, buf);
+}
 static inline void cliburing_sqe_set_flags(struct io_uring_sqe *sqe, unsigned flags) { sqe->flags = (__u8)flags; }
 
 /// The raw statx system call (glibc's wrapper needs _GNU_SOURCE tricks in Swift).
-static inline int cliburing_statx(int dirfd, const char *path, int flags, unsigned mask, struct statx *buf) {
+static inline int cliburing_statx(int dirfd, const char *path, int flags, unsigned mask, cliburing_statx_t *buf) {
     return (int)syscall(SYS_statx, dirfd, path, flags, mask, buf);
 }
 
 static inline int cliburing_errno(void) { return errno; }
+
+/// Names the calling thread (what ps, top and gdb show); at most 15 bytes are kept.
+static inline void cliburing_set_thread_name(const char *name) { prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0); }
 
 #endif

@@ -13,7 +13,7 @@ import Musl
 final class ConditionLock: @unchecked Sendable {
     // @unchecked: the only stored state is the pthread mutex and condition,
     // which are themselves the synchronisation; they are never moved or copied.
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    fileprivate let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private let cond: UnsafeMutablePointer<pthread_cond_t>
 
     init() {
@@ -76,4 +76,40 @@ extension Duration {
         if s > 4_000_000_000 { return UInt64.max / 2 }
         return UInt64(s) * 1_000_000_000 + UInt64(atto / 1_000_000_000)
     }
+}
+
+/// A second condition variable bound to a `ConditionLock`'s mutex, for a lock
+/// guarding state that two kinds of waiter sleep on (workers and the watchdog).
+final class Condition: @unchecked Sendable {
+    // @unchecked: holds only the pthread condition (itself a synchronisation
+    // primitive, never moved) and the lock whose mutex it waits with.
+    private let lock: ConditionLock
+    private let cond: UnsafeMutablePointer<pthread_cond_t>
+
+    init(lock: ConditionLock) {
+        self.lock = lock
+        cond = .allocate(capacity: 1)
+        var cattr = pthread_condattr_t()
+        pthread_condattr_init(&cattr)
+        pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC)
+        pthread_cond_init(cond, &cattr)
+        pthread_condattr_destroy(&cattr)
+    }
+
+    deinit {
+        pthread_cond_destroy(cond)
+        cond.deallocate()
+    }
+
+    /// Waits; the lock must be held.
+    func wait() { pthread_cond_wait(cond, lock.mutex) }
+
+    /// Waits until `deadline` (CLOCK_MONOTONIC nanoseconds); returns false on timeout.
+    func wait(untilNanoseconds deadline: UInt64) -> Bool {
+        var ts = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
+        return pthread_cond_timedwait(cond, lock.mutex, &ts) != ETIMEDOUT
+    }
+
+    func signal() { pthread_cond_signal(cond) }
+    func broadcast() { pthread_cond_broadcast(cond) }
 }

@@ -3,12 +3,16 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import CLiburing
 
 /// Starts a detached pthread named `name` (at most 15 bytes are kept) that runs `body`.
 ///
+/// - Returns: the `pthread_create` error, or 0 when the thread started.
+///
 /// SIGPIPE is blocked on every library thread, so a write to a closed pipe or
 /// socket reports EPIPE instead of killing the process.
-func spawnThread(name: String, _ body: @escaping @Sendable () -> Void) {
+@discardableResult
+func spawnThread(name: String, _ body: @escaping @Sendable () -> Void) -> Int32 {
     final class Box: Sendable {
         let name: String
         let body: @Sendable () -> Void
@@ -22,12 +26,13 @@ func spawnThread(name: String, _ body: @escaping @Sendable () -> Void) {
     let rc = pthread_create(&thread, &attr, { raw in
         let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
         blockSIGPIPEOnThisThread()
-        _ = pthread_setname_np(pthread_self(), String(box.name.prefix(15)))
+        cliburing_set_thread_name(box.name)
         box.body()
         return nil
     }, box)
     pthread_attr_destroy(&attr)
-    precondition(rc == 0, "RingIO: pthread_create failed with \(rc)")
+    if rc != 0 { Unmanaged<Box>.fromOpaque(box).release() }
+    return rc
 }
 
 func blockSIGPIPEOnThisThread() {

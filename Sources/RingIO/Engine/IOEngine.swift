@@ -1,0 +1,186 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CLiburing
+import SystemPackage
+
+/// The engine that performs RingIO's system calls: an io_uring ring owned by
+/// one thread, or, where io_uring cannot be used, a pool of threads making
+/// blocking calls with the same semantics.
+///
+/// Channels take an engine (`IOEngine.shared` unless told otherwise). Most
+/// programs need only the shared one; a separate engine gives a subsystem its
+/// own ring and ring thread.
+///
+/// The engine is released, and its ring closed, when the last channel using it
+/// and the last reference to it are gone; requests still in flight then end
+/// with `ECANCELED`.
+public final class IOEngine: Sendable {
+    /// The mechanism an engine uses.
+    public enum Backend: Sendable, Hashable, CustomStringConvertible {
+        /// An io_uring ring.
+        case ioUring
+        /// Blocking system calls on worker threads.
+        case threadPool
+
+        public var description: String {
+            switch self {
+            case .ioUring: return "io_uring"
+            case .threadPool: return "thread pool"
+            }
+        }
+    }
+
+    /// How to build an engine.
+    public struct Configuration: Sendable {
+        /// Submission-queue entries of the ring (rounded up to a power of two
+        /// by the kernel); the completion queue gets twice as many. Requests
+        /// beyond what the ring holds wait in the engine.
+        public var ringEntries: Int
+        /// The backend to use. `nil`: io_uring, falling back to the thread
+        /// pool (with `fallbackReason`) when io_uring cannot be set up, or when
+        /// the environment variable `RINGIO_BACKEND` is `threadpool`.
+        public var backend: Backend?
+
+        public init(ringEntries: Int = 256, backend: Backend? = nil) {
+            self.ringEntries = ringEntries
+            self.backend = backend
+        }
+    }
+
+    /// The backend in use.
+    public let backend: Backend
+    /// Why io_uring is not in use; `nil` when it is.
+    public let fallbackReason: String?
+
+    let core: any EngineBackend
+    let uring: UringBackend?
+
+    private static let _shared: IOEngine = {
+        let engine = (try? IOEngine(configuration: Configuration()))
+            ?? IOEngine(threadPoolBecause: "io_uring could not be set up")
+        if let reason = engine.fallbackReason, getenv("RINGIO_QUIET") == nil {
+            let line = "RingIO: using the thread-pool backend: \(reason)\n"
+            var bytes = Array(line.utf8)
+            _ = write(2, &bytes, bytes.count)
+        }
+        return engine
+    }()
+
+    /// The engine channels use by default, created on first use.
+    ///
+    /// It uses io_uring where it can; otherwise it uses the thread pool and
+    /// says why, once, on stderr (set `RINGIO_QUIET=1` to silence that line)
+    /// and in `fallbackReason`.
+    public static var shared: IOEngine { _shared }
+
+    /// Creates an engine.
+    ///
+    /// - Throws: when `configuration.backend` is `.ioUring` and the ring
+    ///   cannot be set up: the error of `io_uring_setup` (`ENOSYS` where the
+    ///   kernel lacks it, `EPERM` where a seccomp filter or
+    ///   `kernel.io_uring_disabled` refuses it, `ENOMEM` past the locked-memory
+    ///   limit).
+    public init(configuration: Configuration) throws(Errno) {
+        let requested = configuration.backend
+        var reason: String?
+        if requested == nil, let env = getenv("RINGIO_BACKEND"), String(cString: env).lowercased() == "threadpool" {
+            reason = "RINGIO_BACKEND=threadpool"
+        }
+        if requested == .threadPool {
+            reason = "the thread-pool backend was requested"
+        }
+        if reason == nil {
+            do {
+                let uring = try UringBackend.start(entries: configuration.ringEntries)
+                self.uring = uring
+                self.core = uring
+                self.backend = .ioUring
+                self.fallbackReason = nil
+                return
+            } catch {
+                if requested == .ioUring { throw error }
+                reason = IOEngine.explainSetupFailure(error)
+            }
+        }
+        self.uring = nil
+        self.core = ThreadPoolBackend()
+        self.backend = .threadPool
+        self.fallbackReason = reason
+    }
+
+    private init(threadPoolBecause reason: String) {
+        self.uring = nil
+        self.core = ThreadPoolBackend()
+        self.backend = .threadPool
+        self.fallbackReason = reason
+    }
+
+    deinit {
+        core.shutdown()
+    }
+
+    /// A human explanation of an `io_uring_setup` failure.
+    static func explainSetupFailure(_ error: Errno) -> String {
+        let disabled = IOEngine.ioUringDisabledSetting()
+        switch error {
+        case .noFunction:
+            return "io_uring_setup: ENOSYS (this kernel has no io_uring, or a filter hides it)"
+        case .notPermitted, .permissionDenied:
+            if let disabled, disabled != 0 {
+                return "io_uring_setup: \(error == .notPermitted ? "EPERM" : "EACCES") (/proc/sys/kernel/io_uring_disabled is \(disabled))"
+            }
+            return "io_uring_setup: \(error == .notPermitted ? "EPERM" : "EACCES") (refused, perhaps by a seccomp filter or container policy)"
+        case .noMemory:
+            return "io_uring_setup: ENOMEM (the locked-memory limit, RLIMIT_MEMLOCK, may be too low)"
+        default:
+            return "io_uring_setup: \(error)"
+        }
+    }
+
+    /// The value of `/proc/sys/kernel/io_uring_disabled`, where the kernel has it.
+    static func ioUringDisabledSetting() -> Int? {
+        let fd = open("/proc/sys/kernel/io_uring_disabled", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 16)
+        let n = read(fd, &buffer, buffer.count)
+        guard n > 0 else { return nil }
+        return Int(String(decoding: buffer[0..<n], as: UTF8.self).trimmingCharacters(whereSpace: true))
+    }
+
+    // MARK: - the internal request interface
+
+    /// Hands `request` to the backend. Never blocks on I/O; never drops a request.
+    func submit(_ request: IORequest) {
+        core.submit(request)
+    }
+
+    /// Hands several requests to the backend at once (one lock, one wake-up).
+    func submit(contentsOf requests: [IORequest]) {
+        core.submit(contentsOf: requests)
+    }
+
+    /// Asks the backend to cancel `request`. It completes with `-ECANCELED`
+    /// if the cancel reached it in time, else with its own result; either
+    /// way exactly once, and its owner lives until then.
+    ///
+    /// The corresponding io_uring operation is `IORING_OP_ASYNC_CANCEL`.
+    func cancel(_ request: IORequest) {
+        core.submit(IORequest(.cancel(target: request)) { _ in })
+    }
+
+    /// The number of `io_uring_enter` calls so far (io_uring only; for tests and benchmarks).
+    var enterCalls: UInt64 { uring?.enterCalls ?? 0 }
+}
+
+extension String {
+    fileprivate func trimmingCharacters(whereSpace: Bool) -> String {
+        var s = Substring(self)
+        while let c = s.first, c.isWhitespace { s.removeFirst() }
+        while let c = s.last, c.isWhitespace { s.removeLast() }
+        return String(s)
+    }
+}

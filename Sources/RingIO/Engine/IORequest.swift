@@ -1,0 +1,86 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CLiburing
+
+/// One system call handed to an `IOEngine`: the internal request interface
+/// that channels and the one-shot functions are built on.
+///
+/// The memory a request points at (buffers, iovecs, paths, statx results) is
+/// owned by `owner`, which the engine keeps alive until the request's
+/// completion has run, also when the request was cancelled: the kernel may
+/// still be writing into a buffer until its CQE arrives.
+///
+/// `completion` receives the raw result, as a CQE's `res`: a non-negative
+/// value on success (bytes moved, a file descriptor, 0) or `-errno`. It runs
+/// on the engine's thread (the ring thread or a pool worker), so it must be
+/// short and must not block: channels use it to hand results to an `IOQueue`.
+final class IORequest: @unchecked Sendable {
+    // @unchecked: `operation`, `owner` and `completion` are immutable after
+    // init. `engineState` and `worker` are touched only by the engine that
+    // owns the request: by the ring thread (io_uring backend) or under the
+    // pool's lock (thread-pool backend).
+
+    enum Operation {
+        /// The corresponding io_uring operation is `IORING_OP_NOP`.
+        case nop
+        /// `offset == -1` reads at the file position. `IORING_OP_READ`.
+        case read(fd: Int32, buffer: UnsafeMutableRawBufferPointer, offset: Int64)
+        /// `IORING_OP_READV`.
+        case readv(fd: Int32, iovecs: UnsafePointer<iovec>, count: Int, offset: Int64)
+        /// `offset == -1` writes at the file position. `IORING_OP_WRITE`.
+        case write(fd: Int32, buffer: UnsafeRawBufferPointer, offset: Int64)
+        /// `IORING_OP_WRITEV`.
+        case writev(fd: Int32, iovecs: UnsafePointer<iovec>, count: Int, offset: Int64)
+        /// `IORING_OP_OPENAT`.
+        case openat(directory: Int32, path: UnsafePointer<CChar>, flags: Int32, mode: UInt32)
+        /// `IORING_OP_STATX`.
+        case statx(directory: Int32, path: UnsafePointer<CChar>, flags: Int32, mask: UInt32,
+                   buffer: UnsafeMutablePointer<cliburing_statx_t>)
+        /// `IORING_OP_CLOSE`.
+        case close(fd: Int32)
+        /// `IORING_OP_FSYNC` (with `IORING_FSYNC_DATASYNC` when `dataOnly`).
+        case fsync(fd: Int32, dataOnly: Bool)
+        /// Cancels `target`: `IORING_OP_ASYNC_CANCEL` on the ring, or an
+        /// interrupted wait in the pool. Made by `IOEngine.cancel(_:)`.
+        case cancel(target: IORequest)
+    }
+
+    enum EngineState: UInt8 {
+        case new, queued, inFlight, done
+    }
+
+    let operation: Operation
+    let owner: AnyObject?
+    let completion: @Sendable (Int32) -> Void
+    /// A read or write on this fd may wait indefinitely (pipe, socket, tty):
+    /// the thread-pool backend then waits in `poll` so that a cancel can
+    /// interrupt it. io_uring needs no hint.
+    let mayBlock: Bool
+
+    var engineState: EngineState = .new
+    /// Thread-pool backend: the worker running the request, while it runs.
+    var worker: AnyObject?
+
+    init(_ operation: Operation, owner: AnyObject? = nil, mayBlock: Bool = false,
+         completion: @escaping @Sendable (Int32) -> Void) {
+        self.operation = operation
+        self.owner = owner
+        self.mayBlock = mayBlock
+        self.completion = completion
+    }
+
+    var isCancel: Bool {
+        if case .cancel = operation { return true }
+        return false
+    }
+}
+
+/// What both backends provide.
+protocol EngineBackend: AnyObject, Sendable {
+    func submit(_ request: IORequest)
+    func submit(contentsOf requests: [IORequest])
+    func shutdown()
+}

@@ -1,0 +1,252 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CLiburing
+
+/// The fallback backend: blocking system calls on a few worker threads.
+///
+/// Used where io_uring cannot be set up, or when asked for
+/// (`RINGIO_BACKEND=threadpool`). It keeps the engine's contract: requests
+/// from any thread, completions with the raw result (`-errno` on failure),
+/// owners kept alive until completion, cancellation.
+///
+/// - Workers start on demand, `minimumThreads` stay, more are added while every
+///   worker is busy (up to `maximumThreads`), and the extra ones leave after
+///   `idleNanoseconds` without work.
+/// - A read or write marked `mayBlock` (a pipe, socket or tty) waits in
+///   `poll(2)` on its fd and on the worker's cancel eventfd, so a cancel
+///   interrupts it at once; a regular-file request runs to completion (as a
+///   regular-file read in io_uring's io-wq does).
+final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
+    // @unchecked: every `var` here, and the `engineState`/`worker` fields of
+    // the requests it holds, are touched only with `lock` held.
+
+    static let minimumThreads = 4
+    static let maximumThreads = 64
+    static let idleNanoseconds: UInt64 = 10_000_000_000
+
+    final class Worker: @unchecked Sendable {
+        // @unchecked: `cancelFD` is immutable; `cancelSignalled` is guarded by
+        // the backend's lock.
+        let cancelFD: Int32
+        var cancelSignalled = false
+        init(cancelFD: Int32) { self.cancelFD = cancelFD }
+        deinit { close(cancelFD) }
+    }
+
+    private let lock = ConditionLock()
+    private var queue = RingBuffer<IORequest>(initialCapacity: 256)
+    private var threads = 0
+    private var idle = 0
+    private var stopping = false
+
+    init() {}
+
+    /// The number of worker threads alive now (for tests).
+    var threadCount: Int { lock.withLock { threads } }
+
+    func submit(_ request: IORequest) {
+        var completeNow: [(IORequest, Int32)] = []
+        var spawn = false
+        lock.withLock {
+            enqueueLocked(request, completeNow: &completeNow, spawn: &spawn)
+        }
+        for (r, res) in completeNow { r.completion(res) }
+        if spawn { startWorker() }
+    }
+
+    func submit(contentsOf requests: [IORequest]) {
+        var completeNow: [(IORequest, Int32)] = []
+        var spawn = false
+        var spawnCount = 0
+        lock.withLock {
+            for r in requests {
+                enqueueLocked(r, completeNow: &completeNow, spawn: &spawn)
+                if spawn { spawnCount += 1; spawn = false }
+            }
+        }
+        for (r, res) in completeNow { r.completion(res) }
+        for _ in 0..<spawnCount { startWorker() }
+    }
+
+    private func enqueueLocked(_ request: IORequest, completeNow: inout [(IORequest, Int32)], spawn: inout Bool) {
+        if stopping {
+            request.engineState = .done
+            completeNow.append((request, -ECANCELED))
+            return
+        }
+        if case .cancel(let target) = request.operation {
+            request.engineState = .done
+            switch target.engineState {
+            case .queued:
+                _ = queue.removeAll { $0 === target }
+                target.engineState = .done
+                completeNow.append((target, -ECANCELED))
+                completeNow.append((request, 0))
+            case .inFlight:
+                if target.mayBlock, let worker = target.worker as? Worker, !worker.cancelSignalled {
+                    worker.cancelSignalled = true
+                    var one: UInt64 = 1
+                    _ = write(worker.cancelFD, &one, 8)
+                    completeNow.append((request, 0))
+                } else {
+                    completeNow.append((request, -EALREADY))
+                }
+            case .new, .done:
+                completeNow.append((request, -ENOENT))
+            }
+            return
+        }
+        request.engineState = .queued
+        queue.append(request)
+        if idle > 0 {
+            lock.signal()
+        } else if threads < Self.maximumThreads {
+            // Every worker is busy (perhaps blocked on a pipe): add one.
+            threads += 1
+            spawn = true
+        }
+    }
+
+    private func startWorker() {
+        let efd = eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK))
+        guard efd >= 0 else {
+            lock.withLock { threads -= 1 }
+            return
+        }
+        let worker = Worker(cancelFD: efd)
+        if spawnThread(name: "ringio-pool", { [self] in workerLoop(worker) }) != 0 {
+            lock.withLock { threads -= 1 }
+        }
+    }
+
+    private func workerLoop(_ worker: Worker) {
+        lock.lock()
+        while true {
+            if let request = queue.popFirst() {
+                request.engineState = .inFlight
+                request.worker = worker
+                lock.unlock()
+                let res = perform(request.operation, mayBlock: request.mayBlock, cancelFD: worker.cancelFD)
+                lock.lock()
+                request.engineState = .done
+                request.worker = nil
+                if worker.cancelSignalled {
+                    var value: UInt64 = 0
+                    _ = read(worker.cancelFD, &value, 8)
+                    worker.cancelSignalled = false
+                }
+                lock.unlock()
+                request.completion(res)
+                lock.lock()
+                continue
+            }
+            if stopping {
+                threads -= 1
+                lock.unlock()
+                return
+            }
+            idle += 1
+            let deadline = monotonicNanoseconds() + Self.idleNanoseconds
+            let signalled = lock.wait(untilNanoseconds: deadline)
+            idle -= 1
+            if !signalled && queue.isEmpty && threads > Self.minimumThreads {
+                threads -= 1
+                lock.unlock()
+                return
+            }
+        }
+    }
+
+    func shutdown() {
+        let cancelled = lock.withLock { () -> [IORequest] in
+            stopping = true
+            var out: [IORequest] = []
+            while let r = queue.popFirst() {
+                r.engineState = .done
+                out.append(r)
+            }
+            lock.broadcast()
+            return out
+        }
+        for r in cancelled { r.completion(-ECANCELED) }
+    }
+
+    // MARK: - the system calls
+
+    /// Runs one request with blocking system calls; returns `res` as io_uring would.
+    func perform(_ operation: IORequest.Operation, mayBlock: Bool, cancelFD: Int32) -> Int32 {
+        switch operation {
+        case .nop:
+            return 0
+        case .read(let fd, let buffer, let offset):
+            return transfer(fd: fd, events: Int16(POLLIN), mayBlock: mayBlock, cancelFD: cancelFD) {
+                offset < 0 ? Glibc.read(fd, buffer.baseAddress, buffer.count)
+                    : pread(fd, buffer.baseAddress, buffer.count, off_t(offset))
+            }
+        case .readv(let fd, let iovecs, let count, let offset):
+            return transfer(fd: fd, events: Int16(POLLIN), mayBlock: mayBlock, cancelFD: cancelFD) {
+                offset < 0 ? Glibc.readv(fd, iovecs, Int32(count)) : preadv(fd, iovecs, Int32(count), off_t(offset))
+            }
+        case .write(let fd, let buffer, let offset):
+            return transfer(fd: fd, events: Int16(POLLOUT), mayBlock: mayBlock, cancelFD: cancelFD) {
+                offset < 0 ? Glibc.write(fd, buffer.baseAddress, buffer.count)
+                    : pwrite(fd, buffer.baseAddress, buffer.count, off_t(offset))
+            }
+        case .writev(let fd, let iovecs, let count, let offset):
+            return transfer(fd: fd, events: Int16(POLLOUT), mayBlock: mayBlock, cancelFD: cancelFD) {
+                offset < 0 ? Glibc.writev(fd, iovecs, Int32(count)) : pwritev(fd, iovecs, Int32(count), off_t(offset))
+            }
+        case .openat(let directory, let path, let flags, let mode):
+            return retryingEINTR { Int(openat(directory, path, flags, mode_t(mode))) }
+        case .statx(let directory, let path, let flags, let mask, let buffer):
+            return retryingEINTR { Int(cliburing_statx(directory, path, flags, mask, buffer)) }
+        case .close(let fd):
+            // Never retry close: the fd is gone whatever it returned.
+            return Glibc.close(fd) == 0 ? 0 : -cliburing_errno()
+        case .fsync(let fd, let dataOnly):
+            return retryingEINTR { Int(dataOnly ? fdatasync(fd) : fsync(fd)) }
+        case .cancel:
+            return -EINVAL
+        }
+    }
+
+    private func retryingEINTR(_ call: () -> Int) -> Int32 {
+        while true {
+            let rc = call()
+            if rc >= 0 { return Int32(clamping: rc) }
+            let e = cliburing_errno()
+            if e != EINTR { return -e }
+        }
+    }
+
+    /// A read or write; when it may block, first waits in poll with the cancel fd.
+    private func transfer(fd: Int32, events: Int16, mayBlock: Bool, cancelFD: Int32, _ call: () -> Int) -> Int32 {
+        var needPoll = mayBlock
+        while true {
+            if needPoll {
+                var fds = [pollfd(fd: fd, events: events, revents: 0), pollfd(fd: cancelFD, events: Int16(POLLIN), revents: 0)]
+                let rc = poll(&fds, 2, -1)
+                if rc < 0 {
+                    let e = cliburing_errno()
+                    if e == EINTR { continue }
+                    return -e
+                }
+                if fds[1].revents != 0 { return -ECANCELED }
+                // POLLHUP/POLLERR/POLLNVAL: let the call itself report it.
+            }
+            let rc = call()
+            if rc >= 0 { return Int32(clamping: rc) }
+            let e = cliburing_errno()
+            if e == EINTR { continue }
+            if e == EAGAIN {
+                // A non-blocking fd: wait for readiness, as io_uring's internal poll does.
+                needPoll = true
+                continue
+            }
+            return -e
+        }
+    }
+}

@@ -1,0 +1,382 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CLiburing
+import SystemPackage
+
+/// The io_uring backend: one ring, owned by one thread.
+///
+/// ```
+///  any thread                 ring thread
+///  ──────────                 ───────────
+///  submit(r) ──▶ inbox ──swap──▶ backlog ──▶ SQEs ──io_uring_enter──▶ kernel
+///       │       (locked)                              │
+///       └─ eventfd write, only if the ring            ▼
+///          thread sleeps in io_uring_enter    CQEs ──▶ r.completion(res)
+/// ```
+///
+/// - The ring is created with `SINGLE_ISSUER | DEFER_TASKRUN` where the kernel
+///   has them (completions are then posted only when the ring thread enters
+///   the kernel, with no task-work interrupts), else `COOP_TASKRUN`, else none.
+/// - The ring thread is the only one that touches the ring. It batches every
+///   request that arrived since its last turn into SQEs and submits them with
+///   one `io_uring_enter`, which also reaps and, when there is nothing else to
+///   do, waits for the next CQE.
+/// - A read of an eventfd is always pending in the ring; a submitter writes
+///   the eventfd only when the ring thread has said it is going to sleep.
+/// - At most `completionEntries` SQEs are outstanding, so the CQ ring cannot
+///   overflow; the rest wait in `backlog`, in order, and are never dropped.
+///   (If the kernel still reports an overflow, liburing's reap flushes it.)
+/// - Each submitted request is retained in its `user_data` until its CQE.
+final class UringBackend: EngineBackend, @unchecked Sendable {
+    // @unchecked: the fields under "ring thread only" are touched only by the
+    // ring thread; those under "shared" only with `lock` held; the rest are
+    // immutable after `start`.
+
+    static let wakeUserData: UInt64 = 1
+
+    // Immutable after start.
+    let submissionEntries: Int
+    let completionEntries: Int
+    let setupDescription: String
+    private let ring: UnsafeMutablePointer<io_uring>
+    private let eventFD: Int32
+    private let eventBuffer: UnsafeMutablePointer<UInt64>
+
+    // Ring thread only.
+    private var backlog = RingBuffer<IORequest>(initialCapacity: 256)
+    private var cancels = RingBuffer<IORequest>(initialCapacity: 16)
+    private var outstanding = 0
+    private var wakeArmed = false
+    private var local: [IORequest] = []
+
+    // Shared, under `lock`.
+    private let lock = ConditionLock()
+    private var inbox: [IORequest] = []
+    private var sleeping = false
+    private var wakePending = false
+    private var stopping = false
+    private var stopped = false
+
+    /// Counters for tests and benchmarks (ring thread writes, racy reads are fine for stats).
+    nonisolated(unsafe) private(set) var enterCalls: UInt64 = 0
+
+    private init(ring: UnsafeMutablePointer<io_uring>, eventFD: Int32, description: String) {
+        self.ring = ring
+        self.eventFD = eventFD
+        self.eventBuffer = .allocate(capacity: 1)
+        self.submissionEntries = Int(ring.pointee.sq.ring_entries)
+        self.completionEntries = Int(ring.pointee.cq.ring_entries)
+        self.setupDescription = description
+        inbox.reserveCapacity(256)
+        local.reserveCapacity(256)
+    }
+
+    deinit {
+        eventBuffer.deallocate()
+        ring.deallocate()
+    }
+
+    /// Creates the ring on a new ring thread and starts its loop.
+    ///
+    /// - Throws: the `io_uring_setup` error (ENOSYS, EPERM, ENOMEM, ...).
+    static func start(entries: Int) throws(Errno) -> UringBackend {
+        final class Handoff: @unchecked Sendable {
+            // @unchecked: written by the ring thread before `lock.signal`, read
+            // by the starter after waking, both under `lock`.
+            let lock = ConditionLock()
+            var done = false
+            var result: Result<UringBackend, Errno> = .failure(.invalidArgument)
+        }
+        let handoff = Handoff()
+        let entries = UInt32(Swift.min(Swift.max(entries, 2), 32768))
+        let rc = spawnThread(name: "ringio-ring") {
+            let result = setUp(entries: entries)
+            let backend = try? result.get()
+            handoff.lock.withLock {
+                handoff.result = result
+                handoff.done = true
+                handoff.lock.signal()
+            }
+            backend?.run()
+        }
+        if rc != 0 { throw Errno(rawValue: rc) }
+        let result = handoff.lock.withLock { () -> Result<UringBackend, Errno> in
+            while !handoff.done { handoff.lock.wait() }
+            return handoff.result
+        }
+        return try result.get()
+    }
+
+    /// Runs on the ring thread: io_uring_queue_init_params with the best flags the kernel takes.
+    private static func setUp(entries: UInt32) -> Result<UringBackend, Errno> {
+        let ring = UnsafeMutablePointer<io_uring>.allocate(capacity: 1)
+        let attempts: [(UInt32, String)] = [
+            (cliburing_setup_single_issuer() | cliburing_setup_defer_taskrun(), "SINGLE_ISSUER|DEFER_TASKRUN"),
+            (cliburing_setup_coop_taskrun(), "COOP_TASKRUN"),
+            (0, "plain"),
+        ]
+        var lastError: Int32 = ENOSYS
+        for (flags, name) in attempts {
+            var params = io_uring_params()
+            params.flags = flags | cliburing_setup_cqsize()
+            params.cq_entries = entries * 2
+            let rc = io_uring_queue_init_params(entries, ring, &params)
+            if rc == 0 {
+                let efd = eventfd(0, Int32(EFD_CLOEXEC))
+                if efd < 0 {
+                    let e = cliburing_errno()
+                    io_uring_queue_exit(ring)
+                    ring.deallocate()
+                    return .failure(Errno(rawValue: e))
+                }
+                return .success(UringBackend(ring: ring, eventFD: efd, description: name))
+            }
+            lastError = -rc
+            // Only an unknown flag (EINVAL) is worth another attempt.
+            if lastError != EINVAL { break }
+        }
+        ring.deallocate()
+        return .failure(Errno(rawValue: lastError))
+    }
+
+    // MARK: - submission (any thread)
+
+    func submit(_ request: IORequest) {
+        lock.lock()
+        if stopped {
+            lock.unlock()
+            request.completion(-ECANCELED)
+            return
+        }
+        inbox.append(request)
+        let wake = sleeping && !wakePending
+        if wake { wakePending = true }
+        lock.unlock()
+        if wake { signalEventFD() }
+    }
+
+    func submit(contentsOf requests: [IORequest]) {
+        lock.lock()
+        if stopped {
+            lock.unlock()
+            for r in requests { r.completion(-ECANCELED) }
+            return
+        }
+        inbox.append(contentsOf: requests)
+        let wake = sleeping && !wakePending
+        if wake { wakePending = true }
+        lock.unlock()
+        if wake { signalEventFD() }
+    }
+
+    private func signalEventFD() {
+        var one: UInt64 = 1
+        while write(eventFD, &one, 8) < 0 && cliburing_errno() == EINTR {}
+    }
+
+    func shutdown() {
+        let wake = lock.withLock { () -> Bool in
+            stopping = true
+            return sleeping
+        }
+        if wake { signalEventFD() }
+    }
+
+    // MARK: - the ring thread
+
+    private func run() {
+        var cqes = [UnsafeMutablePointer<io_uring_cqe>?](repeating: nil, count: 256)
+        var results: [(UInt64, Int32)] = []
+        results.reserveCapacity(256)
+        var cancelledEverything = false
+
+        while true {
+            // 1. Take what arrived.
+            lock.lock()
+            swap(&inbox, &local)
+            let stop = stopping
+            lock.unlock()
+            for request in local { accept(request, stopping: stop) }
+            local.removeAll(keepingCapacity: true)
+
+            if stop {
+                if !cancelledEverything {
+                    cancelledEverything = true
+                    while let r = backlog.popFirst() {
+                        r.engineState = .done
+                        r.completion(-ECANCELED)
+                    }
+                    cancelAllInFlight()
+                }
+                if outstanding == 0 { break }
+            } else if !wakeArmed {
+                armWake()
+            }
+
+            // 2. Fill the SQ ring.
+            fill()
+
+            // 3. Submit; reap; wait if there is nothing else to do.
+            var waiting = false
+            if cliburing_cq_ready(ring) == 0 && outstanding > 0 {
+                lock.lock()
+                if inbox.isEmpty || stop {
+                    sleeping = true
+                    waiting = true
+                }
+                lock.unlock()
+            }
+            enterCalls &+= 1
+            let rc = waiting ? io_uring_submit_and_wait(ring, 1) : io_uring_submit_and_get_events(ring)
+            if waiting {
+                lock.lock()
+                sleeping = false
+                wakePending = false
+                lock.unlock()
+            }
+            if rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME {
+                fatalError("RingIO: io_uring_enter failed unexpectedly: \(Errno(rawValue: -rc))")
+            }
+
+            // 4. Reap everything that is ready.
+            while true {
+                let n = cqes.withUnsafeMutableBufferPointer { buffer in
+                    Int(io_uring_peek_batch_cqe(ring, buffer.baseAddress, UInt32(buffer.count)))
+                }
+                if n == 0 { break }
+                for i in 0..<n {
+                    let cqe = cqes[i]!.pointee
+                    results.append((cqe.user_data, cqe.res))
+                }
+                io_uring_cq_advance(ring, UInt32(n))
+                for (userData, res) in results { complete(userData: userData, res: res) }
+                results.removeAll(keepingCapacity: true)
+                if n < cqes.count { break }
+            }
+        }
+
+        io_uring_queue_exit(ring)
+        close(eventFD)
+        let leftovers = lock.withLock { () -> [IORequest] in
+            stopped = true
+            defer { inbox = [] }
+            return inbox
+        }
+        for r in leftovers { r.completion(-ECANCELED) }
+    }
+
+    /// Ring thread: sorts a new request into the backlog, or handles a cancel.
+    private func accept(_ request: IORequest, stopping: Bool) {
+        if stopping {
+            request.engineState = .done
+            request.completion(-ECANCELED)
+            return
+        }
+        guard case .cancel(let target) = request.operation else {
+            request.engineState = .queued
+            backlog.append(request)
+            return
+        }
+        switch target.engineState {
+        case .queued:
+            // Not yet in the kernel: complete it here.
+            let removed = backlog.removeAll { $0 === target }
+            for r in removed {
+                r.engineState = .done
+                r.completion(-ECANCELED)
+            }
+            request.engineState = .done
+            request.completion(0)
+        case .inFlight:
+            request.engineState = .queued
+            cancels.append(request)
+        case .new, .done:
+            // Already finished (or never submitted): nothing to cancel.
+            request.engineState = .done
+            request.completion(-ENOENT)
+        }
+    }
+
+    private func armWake() {
+        guard let sqe = io_uring_get_sqe(ring) else { return }
+        io_uring_prep_read(sqe, eventFD, eventBuffer, 8, 0)
+        cliburing_sqe_set_data64(sqe, Self.wakeUserData)
+        wakeArmed = true
+        outstanding += 1
+    }
+
+    private func cancelAllInFlight() {
+        // Cancel every request in the kernel, the eventfd read included.
+        guard outstanding > 0, let sqe = io_uring_get_sqe(ring) else { return }
+        io_uring_prep_cancel64(sqe, 0, Int32(cliburing_async_cancel_any()))
+        cliburing_sqe_set_data64(sqe, 0)
+        outstanding += 1
+    }
+
+    /// Moves cancels, then backlog requests, into SQEs while the CQ has room.
+    private func fill() {
+        while outstanding < completionEntries, let cancel = cancels.first {
+            guard case .cancel(let target) = cancel.operation else { fatalError("unreachable") }
+            if target.engineState != .inFlight {
+                _ = cancels.popFirst()
+                cancel.engineState = .done
+                cancel.completion(-ENOENT)
+                continue
+            }
+            guard let sqe = io_uring_get_sqe(ring) else { return }
+            _ = cancels.popFirst()
+            io_uring_prep_cancel64(sqe, UInt64(UInt(bitPattern: Unmanaged.passUnretained(target).toOpaque())), 0)
+            cliburing_sqe_set_data64(sqe, UInt64(UInt(bitPattern: Unmanaged.passRetained(cancel).toOpaque())))
+            cancel.engineState = .inFlight
+            outstanding += 1
+        }
+        while outstanding < completionEntries, let request = backlog.first {
+            guard let sqe = io_uring_get_sqe(ring) else { return }
+            _ = backlog.popFirst()
+            prepare(sqe, request)
+            cliburing_sqe_set_data64(sqe, UInt64(UInt(bitPattern: Unmanaged.passRetained(request).toOpaque())))
+            request.engineState = .inFlight
+            outstanding += 1
+        }
+    }
+
+    private func prepare(_ sqe: UnsafeMutablePointer<io_uring_sqe>, _ request: IORequest) {
+        switch request.operation {
+        case .nop:
+            io_uring_prep_nop(sqe)
+        case .read(let fd, let buffer, let offset):
+            io_uring_prep_read(sqe, fd, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset))
+        case .readv(let fd, let iovecs, let count, let offset):
+            io_uring_prep_readv(sqe, fd, iovecs, UInt32(count), UInt64(bitPattern: offset))
+        case .write(let fd, let buffer, let offset):
+            io_uring_prep_write(sqe, fd, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset))
+        case .writev(let fd, let iovecs, let count, let offset):
+            io_uring_prep_writev(sqe, fd, iovecs, UInt32(count), UInt64(bitPattern: offset))
+        case .openat(let directory, let path, let flags, let mode):
+            io_uring_prep_openat(sqe, directory, path, flags, mode_t(mode))
+        case .statx(let directory, let path, let flags, let mask, let buffer):
+            cliburing_prep_statx(sqe, directory, path, flags, mask, buffer)
+        case .close(let fd):
+            io_uring_prep_close(sqe, fd)
+        case .fsync(let fd, let dataOnly):
+            io_uring_prep_fsync(sqe, fd, dataOnly ? UInt32(IORING_FSYNC_DATASYNC) : 0)
+        case .cancel:
+            fatalError("unreachable: cancels are prepared in fill()")
+        }
+    }
+
+    private func complete(userData: UInt64, res: Int32) {
+        outstanding -= 1
+        if userData == Self.wakeUserData {
+            wakeArmed = false
+            return
+        }
+        if userData == 0 { return }  // the shutdown cancel-all
+        let request = Unmanaged<IORequest>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(userData))!).takeRetainedValue()
+        request.engineState = .done
+        request.completion(res)
+    }
+}

@@ -1,0 +1,374 @@
+import Synchronization
+
+/// A queue of work items that run on RingIO's own worker threads.
+///
+/// Every completion handler of the library runs on an `IOQueue`, never on the
+/// engine's ring thread and never on a Dispatch queue.
+///
+/// - A **serial** queue runs one item at a time, in submission order. It can be
+///   an actor's executor (see `IOQueue+Executor.swift`).
+/// - A **concurrent** queue runs items in parallel on the worker pool;
+///   `asyncBarrier` items run alone, after every earlier item and before every
+///   later one.
+///
+/// Queues are cheap: a queue is a small locked state (a FIFO of items and a few
+/// counters); it holds no thread. A serial queue that has work occupies one
+/// worker at a time and yields it to other queues every
+/// `IOQueue.serialDrainBudget` items.
+///
+/// The corresponding libdispatch type is `dispatch_queue_t`.
+public final class IOQueue: Sendable {
+    /// Whether a queue runs one item at a time or many.
+    public enum Kind: Sendable {
+        /// One item at a time, in FIFO order (`DISPATCH_QUEUE_SERIAL`).
+        case serial
+        /// Many items at once (`DISPATCH_QUEUE_CONCURRENT`).
+        case concurrent
+    }
+
+    /// The queue's name, for debugging.
+    public let label: String
+    /// Serial or concurrent.
+    public let kind: Kind
+
+    /// The items a serial queue runs before it hands its worker to other queues.
+    static let serialDrainBudget = 256
+
+    enum Item: Sendable {
+        case work(@Sendable () -> Void, barrier: Bool)
+        case sync(SyncWaiter, barrier: Bool)
+
+        var isBarrier: Bool {
+            switch self {
+            case .work(_, let barrier), .sync(_, let barrier): return barrier
+            }
+        }
+    }
+
+    struct State: ~Copyable {
+        var items = RingBuffer<Item>(initialCapacity: 16)
+        var suspendCount = 0
+        /// Serial: a worker (or a `sync` caller) owns the queue.
+        var scheduled = false
+        /// Concurrent: items started and not yet finished.
+        var running = 0
+        /// Concurrent: a barrier is running.
+        var barrierActive = false
+    }
+
+    let state = Mutex(State())
+
+    /// Creates a queue.
+    ///
+    /// - Parameters:
+    ///   - label: A name shown in debuggers and diagnostics.
+    ///   - kind: `.serial` (the default) or `.concurrent`.
+    public init(label: String, kind: Kind = .serial) {
+        self.label = label
+        self.kind = kind
+    }
+
+    private static let _global = IOQueue(label: "ringio.global", kind: .concurrent)
+
+    /// The shared concurrent queue.
+    public static var global: IOQueue { _global }
+
+    // MARK: - async
+
+    /// Schedules `work` to run on the queue and returns at once.
+    ///
+    /// The corresponding libdispatch function is `dispatch_async`.
+    public func async(_ work: @escaping @Sendable () -> Void) {
+        enqueue(.work(work, barrier: false))
+    }
+
+    /// Schedules `work` to run alone: on a concurrent queue it starts after
+    /// every earlier item has finished, and later items wait for it. On a
+    /// serial queue it is the same as `async`.
+    ///
+    /// The corresponding libdispatch function is `dispatch_barrier_async`.
+    public func asyncBarrier(_ work: @escaping @Sendable () -> Void) {
+        enqueue(.work(work, barrier: kind == .concurrent))
+    }
+
+    private func enqueue(_ item: Item) {
+        switch kind {
+        case .serial:
+            let schedule = state.withLock { s -> Bool in
+                s.items.append(item)
+                if !s.scheduled && s.suspendCount == 0 {
+                    s.scheduled = true
+                    return true
+                }
+                return false
+            }
+            if schedule { WorkerPool.shared.submit(.drain(self)) }
+        case .concurrent:
+            let start = state.withLock { s -> Bool in
+                if s.suspendCount == 0 && s.items.isEmpty && !s.barrierActive {
+                    if !item.isBarrier {
+                        s.running += 1
+                        return true
+                    }
+                    if s.running == 0 {
+                        s.running = 1
+                        s.barrierActive = true
+                        return true
+                    }
+                }
+                s.items.append(item)
+                return false
+            }
+            if start { startConcurrent(item) }
+        }
+    }
+
+    // MARK: - sync
+
+    /// Runs `work` on the queue and waits for it to finish; returns its result.
+    ///
+    /// `work` runs on the calling thread once the queue is its own (after every
+    /// earlier item of a serial queue), as libdispatch does, so no worker thread
+    /// is held while the caller waits.
+    ///
+    /// - Precondition: the caller is not running on this serial queue (that
+    ///   would wait for itself forever).
+    ///
+    /// The corresponding libdispatch function is `dispatch_sync`.
+    public func sync<T>(_ work: () throws -> T) rethrows -> T {
+        switch kind {
+        case .serial:
+            precondition(
+                !IOQueue.isCurrentThreadRunning(self),
+                "IOQueue.sync onto the serial queue '\(label)' from a work item running on that queue: this would deadlock"
+            )
+            var waiter: SyncWaiter?
+            state.withLock { s in
+                if !s.scheduled && s.suspendCount == 0 && s.items.isEmpty {
+                    s.scheduled = true
+                } else {
+                    let w = SyncWaiter()
+                    s.items.append(.sync(w, barrier: false))
+                    waiter = w
+                }
+            }
+            waiter?.wait()
+            defer { releaseSerialOwnership() }
+            return try IOQueue.withCurrent(self, work)
+        case .concurrent:
+            var waiter: SyncWaiter?
+            state.withLock { s in
+                if s.suspendCount == 0 && s.items.isEmpty && !s.barrierActive {
+                    s.running += 1
+                } else {
+                    let w = SyncWaiter()
+                    s.items.append(.sync(w, barrier: false))
+                    waiter = w
+                }
+            }
+            waiter?.wait()
+            defer { finishConcurrent(barrier: false) }
+            return try IOQueue.withCurrent(self, work)
+        }
+    }
+
+    // MARK: - suspend / resume
+
+    /// Stops the queue from starting new items; items already running finish.
+    /// Calls are counted: the queue runs again after as many `resume()` calls.
+    ///
+    /// The corresponding libdispatch function is `dispatch_suspend`.
+    public func suspend() {
+        state.withLock { $0.suspendCount += 1 }
+    }
+
+    /// Undoes one `suspend()`.
+    ///
+    /// - Precondition: the queue is suspended (more resumes than suspends is a
+    ///   programmer error, as in libdispatch).
+    ///
+    /// The corresponding libdispatch function is `dispatch_resume`.
+    public func resume() {
+        switch kind {
+        case .serial:
+            let schedule = state.withLock { s -> Bool in
+                precondition(s.suspendCount > 0, "IOQueue.resume() on '\(label)' without a matching suspend()")
+                s.suspendCount -= 1
+                if s.suspendCount == 0 && !s.scheduled && !s.items.isEmpty {
+                    s.scheduled = true
+                    return true
+                }
+                return false
+            }
+            if schedule { WorkerPool.shared.submit(.drain(self)) }
+        case .concurrent:
+            let toStart = state.withLock { s -> [Item]? in
+                precondition(s.suspendCount > 0, "IOQueue.resume() on '\(label)' without a matching suspend()")
+                s.suspendCount -= 1
+                return IOQueue.pumpConcurrent(&s)
+            }
+            toStart?.forEach(startConcurrent)
+        }
+    }
+
+    /// Whether the queue is suspended now (for diagnostics and tests).
+    var isSuspended: Bool { state.withLock { $0.suspendCount > 0 } }
+
+    // MARK: - serial draining (on a worker)
+
+    func drainSerial() {
+        IOQueue.withCurrent(self) {
+            var budget = IOQueue.serialDrainBudget
+            while true {
+                enum Next { case run(Item), stop, requeue }
+                let next = state.withLock { s -> Next in
+                    if s.suspendCount > 0 || s.items.isEmpty {
+                        s.scheduled = false
+                        return .stop
+                    }
+                    if budget == 0 { return .requeue }
+                    return .run(s.items.popFirst()!)
+                }
+                switch next {
+                case .stop:
+                    return
+                case .requeue:
+                    // Fairness: let other queues' jobs run before ours continue.
+                    WorkerPool.shared.submit(.drain(self))
+                    return
+                case .run(.work(let work, _)):
+                    work()
+                    budget -= 1
+                case .run(.sync(let waiter, _)):
+                    // Ownership passes to the `sync` caller, who releases it.
+                    waiter.grant()
+                    return
+                }
+            }
+        }
+    }
+
+    private func releaseSerialOwnership() {
+        let schedule = state.withLock { s -> Bool in
+            if s.suspendCount == 0 && !s.items.isEmpty { return true }
+            s.scheduled = false
+            return false
+        }
+        if schedule { WorkerPool.shared.submit(.drain(self)) }
+    }
+
+    // MARK: - concurrent running
+
+    private func startConcurrent(_ item: Item) {
+        switch item {
+        case .work(let work, let barrier):
+            WorkerPool.shared.submit(.concurrent(self, work, barrier: barrier))
+        case .sync(let waiter, _):
+            waiter.grant()
+        }
+    }
+
+    func runConcurrent(_ work: @Sendable () -> Void, barrier: Bool) {
+        IOQueue.withCurrent(self, work)
+        finishConcurrent(barrier: barrier)
+    }
+
+    private func finishConcurrent(barrier: Bool) {
+        let toStart = state.withLock { s -> [Item]? in
+            s.running -= 1
+            if barrier { s.barrierActive = false }
+            return IOQueue.pumpConcurrent(&s)
+        }
+        toStart?.forEach(startConcurrent)
+    }
+
+    /// Moves the items that may start now out of the FIFO, marking them running.
+    private static func pumpConcurrent(_ s: inout State) -> [Item]? {
+        guard !s.items.isEmpty, s.suspendCount == 0, !s.barrierActive else { return nil }
+        var out: [Item] = []
+        while let first = s.items.first {
+            if first.isBarrier {
+                if s.running == 0 {
+                    _ = s.items.popFirst()
+                    s.running = 1
+                    s.barrierActive = true
+                    out.append(first)
+                }
+                break
+            }
+            _ = s.items.popFirst()
+            s.running += 1
+            out.append(first)
+        }
+        return out
+    }
+}
+
+extension IOQueue: CustomStringConvertible {
+    public var description: String { "IOQueue(\(label), \(kind))" }
+}
+
+// MARK: - the current queue
+
+/// One entry of the per-thread stack of queues the thread is running work of.
+struct QueueFrame {
+    let queue: Unmanaged<IOQueue>
+    let parent: UnsafeMutableRawPointer?
+}
+
+private let currentFrame = ThreadLocalPointer()
+
+extension IOQueue {
+    /// Runs `body` with `queue` pushed on this thread's stack of current queues.
+    @inline(__always)
+    static func withCurrent<R>(_ queue: IOQueue, _ body: () throws -> R) rethrows -> R {
+        let parent = currentFrame.value
+        var frame = QueueFrame(queue: .passUnretained(queue), parent: parent)
+        return try withUnsafeMutablePointer(to: &frame) { pointer in
+            currentFrame.value = UnsafeMutableRawPointer(pointer)
+            defer { currentFrame.value = parent }
+            return try body()
+        }
+    }
+
+    /// Whether the calling thread is running an item of `queue` (possibly below
+    /// a `sync` onto another queue).
+    static func isCurrentThreadRunning(_ queue: IOQueue) -> Bool {
+        var cursor = currentFrame.value
+        while let raw = cursor {
+            let frame = raw.assumingMemoryBound(to: QueueFrame.self).pointee
+            if frame.queue.toOpaque() == Unmanaged.passUnretained(queue).toOpaque() { return true }
+            cursor = frame.parent
+        }
+        return false
+    }
+
+    /// The queue whose item the calling thread runs, if any.
+    static var current: IOQueue? {
+        guard let raw = currentFrame.value else { return nil }
+        return raw.assumingMemoryBound(to: QueueFrame.self).pointee.queue.takeUnretainedValue()
+    }
+
+    /// Whether the calling thread is running an item of this queue.
+    public var isCurrent: Bool { IOQueue.isCurrentThreadRunning(self) }
+}
+
+/// A `sync` caller waiting for its turn on a queue.
+final class SyncWaiter: Sendable {
+    private let lock = ConditionLock()
+    // Read and written only under `lock` (`Mutex` has no condition to sleep on).
+    private nonisolated(unsafe) var granted = false
+
+    func grant() {
+        lock.withLock {
+            granted = true
+            lock.signal()
+        }
+    }
+
+    func wait() {
+        lock.withLock {
+            while !granted { lock.wait() }
+        }
+    }
+}

@@ -1,0 +1,141 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A unit of work the pool runs: draining a serial queue, or one item of a
+/// concurrent queue.
+enum PoolJob: Sendable {
+    case drain(IOQueue)
+    case concurrent(IOQueue, @Sendable () -> Void, barrier: Bool)
+}
+
+/// The library's own worker threads, shared by every `IOQueue`.
+///
+/// The pool starts with one thread per core (at least two), created on demand.
+/// A watchdog thread notices when jobs are waiting, no worker is idle and no
+/// job has been started for `stallNanoseconds`: every worker is then blocked
+/// (in a `sync`, a semaphore, a slow syscall in a handler), and the watchdog
+/// adds one thread, up to `maximumThreads`. Threads beyond the base number exit
+/// after `extraIdleNanoseconds` without work. A blocked work item therefore
+/// delays other queues by a few milliseconds at most; it cannot starve them.
+final class WorkerPool: @unchecked Sendable {
+    // @unchecked: every stored `var` is read and written only with `lock` held.
+    static let shared = WorkerPool()
+
+    static let stallNanoseconds: UInt64 = 4_000_000
+    static let extraIdleNanoseconds: UInt64 = 10_000_000_000
+    static let maximumThreads = 64
+
+    private let lock = ConditionLock()
+    private let watchdogCondition: Condition
+    private var jobs = RingBuffer<PoolJob>(initialCapacity: 64)
+    private var threads = 0
+    private var idle = 0
+    private var started: UInt64 = 0
+    private var watchdogRunning = false
+    private var watchdogAsleep = false
+    let baseThreads: Int
+
+    private init() {
+        watchdogCondition = Condition(lock: lock)
+        let cores = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+        baseThreads = Swift.max(2, cores)
+    }
+
+    /// The number of worker threads alive now (for tests and diagnostics).
+    var threadCount: Int { lock.withLock { threads } }
+
+    func submit(_ job: PoolJob) {
+        var spawn = false
+        var spawnWatchdog = false
+        lock.lock()
+        jobs.append(job)
+        if idle > 0 {
+            lock.signal()
+        } else if threads < baseThreads {
+            threads += 1
+            spawn = true
+        } else {
+            if !watchdogRunning {
+                watchdogRunning = true
+                spawnWatchdog = true
+            } else if watchdogAsleep {
+                watchdogCondition.signal()
+            }
+        }
+        lock.unlock()
+        if spawn { startWorker(extra: false) }
+        if spawnWatchdog {
+            if spawnThread(name: "ringio-watchdog", { [self] in watchdogLoop() }) != 0 {
+                lock.withLock { watchdogRunning = false }
+            }
+        }
+    }
+
+    private func startWorker(extra: Bool) {
+        let rc = spawnThread(name: "ringio-worker") { [self] in workerLoop(extra: extra) }
+        if rc != 0 {
+            // No thread (resource limit): the work waits for the existing ones.
+            lock.withLock { threads -= 1 }
+        }
+    }
+
+    private func workerLoop(extra: Bool) {
+        lock.lock()
+        while true {
+            if let job = jobs.popFirst() {
+                started &+= 1
+                lock.unlock()
+                run(job)
+                lock.lock()
+                continue
+            }
+            idle += 1
+            if extra {
+                let deadline = monotonicNanoseconds() + Self.extraIdleNanoseconds
+                let signalled = lock.wait(untilNanoseconds: deadline)
+                idle -= 1
+                if !signalled && jobs.isEmpty {
+                    threads -= 1
+                    lock.unlock()
+                    return
+                }
+            } else {
+                lock.wait()
+                idle -= 1
+            }
+        }
+    }
+
+    private func run(_ job: PoolJob) {
+        switch job {
+        case .drain(let queue):
+            queue.drainSerial()
+        case .concurrent(let queue, let work, let barrier):
+            queue.runConcurrent(work, barrier: barrier)
+        }
+    }
+
+    private func watchdogLoop() {
+        lock.lock()
+        while true {
+            if !jobs.isEmpty && idle == 0 {
+                let before = started
+                let deadline = monotonicNanoseconds() + Self.stallNanoseconds
+                _ = watchdogCondition.wait(untilNanoseconds: deadline)
+                if !jobs.isEmpty && idle == 0 && started == before && threads < Self.maximumThreads {
+                    threads += 1
+                    lock.unlock()
+                    startWorker(extra: true)
+                    lock.lock()
+                }
+            } else {
+                watchdogAsleep = true
+                watchdogCondition.wait()
+                watchdogAsleep = false
+            }
+        }
+    }
+}
