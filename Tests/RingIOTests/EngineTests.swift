@@ -97,7 +97,8 @@ struct EngineTests {
             }
         }
         #expect(latch.wait(timeout: .seconds(60)))
-        #expect(completed.load(ordering: .relaxed) == n)
+        let completedCount = completed.load(ordering: .relaxed)
+        #expect(completedCount == n)
     }
 
     @Test("cancel ends a read blocked on an empty pipe with ECANCELED, promptly", arguments: allBackends)

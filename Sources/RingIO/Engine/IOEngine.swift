@@ -151,15 +151,17 @@ public final class IOEngine: Sendable {
         return Int(String(decoding: buffer[0..<n], as: UTF8.self).trimmingCharacters(whereSpace: true))
     }
 
-    // MARK: - the internal request interface
+    // MARK: - the request interface (SPI)
 
     /// Hands `request` to the backend. Never blocks on I/O; never drops a request.
-    func submit(_ request: IORequest) {
+    @_spi(Engine)
+    public func submit(_ request: IORequest) {
         core.submit(request)
     }
 
     /// Hands several requests to the backend at once (one lock, one wake-up).
-    func submit(contentsOf requests: [IORequest]) {
+    @_spi(Engine)
+    public func submit(contentsOf requests: [IORequest]) {
         core.submit(contentsOf: requests)
     }
 
@@ -168,12 +170,14 @@ public final class IOEngine: Sendable {
     /// way exactly once, and its owner lives until then.
     ///
     /// The corresponding io_uring operation is `IORING_OP_ASYNC_CANCEL`.
-    func cancel(_ request: IORequest) {
+    @_spi(Engine)
+    public func cancel(_ request: IORequest) {
         core.submit(IORequest(.cancel(target: request)) { _ in })
     }
 
     /// The number of `io_uring_enter` calls so far (io_uring only; for tests and benchmarks).
-    var enterCalls: UInt64 { uring?.enterCalls ?? 0 }
+    @_spi(Engine)
+    public var enterCalls: UInt64 { uring?.enterCalls ?? 0 }
 }
 
 extension String {

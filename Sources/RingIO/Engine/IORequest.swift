@@ -5,8 +5,11 @@ import Musl
 #endif
 import CLiburing
 
-/// One system call handed to an `IOEngine`: the internal request interface
-/// that channels and the one-shot functions are built on.
+/// One system call handed to an `IOEngine`: the request interface that
+/// channels and the one-shot functions are built on.
+///
+/// It is SPI (`@_spi(Engine) import RingIO`) for the demo, the benchmarks and
+/// programs that want raw requests; its shape may change between releases.
 ///
 /// The memory a request points at (buffers, iovecs, paths, statx results) is
 /// owned by `owner`, which the engine keeps alive until the request's
@@ -17,13 +20,14 @@ import CLiburing
 /// value on success (bytes moved, a file descriptor, 0) or `-errno`. It runs
 /// on the engine's thread (the ring thread or a pool worker), so it must be
 /// short and must not block: channels use it to hand results to an `IOQueue`.
-final class IORequest: @unchecked Sendable {
+@_spi(Engine)
+public final class IORequest: @unchecked Sendable {
     // @unchecked: `operation`, `owner` and `completion` are immutable after
     // init. `engineState` and `worker` are touched only by the engine that
     // owns the request: by the ring thread (io_uring backend) or under the
     // pool's lock (thread-pool backend).
 
-    enum Operation {
+    public enum Operation {
         /// The corresponding io_uring operation is `IORING_OP_NOP`.
         case nop
         /// `offset == -1` reads at the file position. `IORING_OP_READ`.
@@ -52,19 +56,19 @@ final class IORequest: @unchecked Sendable {
         case new, queued, inFlight, done
     }
 
-    let operation: Operation
-    let owner: AnyObject?
-    let completion: @Sendable (Int32) -> Void
+    public let operation: Operation
+    public let owner: AnyObject?
+    public let completion: @Sendable (Int32) -> Void
     /// A read or write on this fd may wait indefinitely (pipe, socket, tty):
     /// the thread-pool backend then waits in `poll` so that a cancel can
     /// interrupt it. io_uring needs no hint.
-    let mayBlock: Bool
+    public let mayBlock: Bool
 
     var engineState: EngineState = .new
     /// Thread-pool backend: the worker running the request, while it runs.
     var worker: AnyObject?
 
-    init(_ operation: Operation, owner: AnyObject? = nil, mayBlock: Bool = false,
+    public init(_ operation: Operation, owner: AnyObject? = nil, mayBlock: Bool = false,
          completion: @escaping @Sendable (Int32) -> Void) {
         self.operation = operation
         self.owner = owner
