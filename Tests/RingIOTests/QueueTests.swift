@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Synchronization
 import Testing
-@testable import RingIO
+@_spi(Engine) @testable import RingIO
 
 @Suite("IOQueue")
 struct QueueTests {

@@ -5,7 +5,7 @@ import CLiburing
 import Synchronization
 import SystemPackage
 import Testing
-@testable import RingIO
+@_spi(Engine) @testable import RingIO
 
 /// Both backends, for parameterized tests.
 let allBackends: [IOEngine.Backend] = [.ioUring, .threadPool]
