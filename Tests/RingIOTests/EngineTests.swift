@@ -14,7 +14,7 @@ struct EngineTests {
         let engine = try makeEngine(backend, ringEntries: 64)
         let dir = TemporaryDirectory()
         let threads = 4, perThread = 1250, block = 4096
-        let failures = Mutex<[String]>([])
+        let failures = Locked<[String]>([])
         let done = Latch(count: threads)
         for t in 0..<threads {
             let path = dir.file("f\(t)")
@@ -24,8 +24,8 @@ struct EngineTests {
                 defer { close(fd); done.signal() }
                 // Half the requests write blocks, the other half read them back.
                 let writes = perThread / 2, reads = perThread - writes
-                let counts = Mutex([Int](repeating: 0, count: perThread))
-                let results = Mutex([Int32](repeating: 0, count: perThread))
+                let counts = Locked([Int](repeating: 0, count: perThread))
+                let results = Locked([Int32](repeating: 0, count: perThread))
                 let writeBuffers = (0..<writes).map { b -> TestBuffer in
                     let buf = TestBuffer(count: block)
                     buf.pointer.copyBytes(from: pattern(stream: t, block: b, count: block))
@@ -108,7 +108,7 @@ struct EngineTests {
         #expect(pipe(&fds) == 0)
         defer { close(fds[0]); close(fds[1]) }
         weak var weakOwner: TestBuffer?
-        let result = Mutex<Int32?>(nil)
+        let result = Locked<Int32?>(nil)
         let latch = Latch()
         let request: IORequest
         do {
@@ -233,7 +233,7 @@ struct EngineTests {
         var fds: [Int32] = [0, 0]
         #expect(pipe(&fds) == 0)
         defer { close(fds[0]); close(fds[1]) }
-        let result = Mutex<Int32?>(nil)
+        let result = Locked<Int32?>(nil)
         let latch = Latch()
         do {
             let engine = try makeEngine(backend)

@@ -75,7 +75,7 @@ struct QueueTests {
     @Test("asyncBarrier runs alone, after every earlier item and before every later one")
     func barrierOrdering() {
         let queue = IOQueue(label: "barrier", kind: .concurrent)
-        let log = Mutex<[String]>([])
+        let log = Locked<[String]>([])
         let inside = Atomic<Int>(0)
         let barrierSawOthers = Atomic<Bool>(false)
         let done = Latch(count: 21)
@@ -136,7 +136,7 @@ struct QueueTests {
     @Test("suspend does not stop the item that is running; it stops the next")
     func suspendBetweenItems() {
         let queue = IOQueue(label: "suspend-between")
-        let order = Mutex<[Int]>([])
+        let order = Locked<[Int]>([])
         let first = Latch(), second = Latch()
         queue.async {
             queue.suspend()
@@ -157,7 +157,7 @@ struct QueueTests {
     @Test("sync runs after earlier items and returns the value", arguments: [IOQueue.Kind.serial, .concurrent])
     func syncOrdering(kind: IOQueue.Kind) throws {
         let queue = IOQueue(label: "sync", kind: kind)
-        let value = Mutex(0)
+        let value = Locked(0)
         let gate = Latch()
         queue.async {
             _ = gate.wait()
@@ -186,7 +186,7 @@ struct QueueTests {
     func nestedSync() {
         let a = IOQueue(label: "a"), b = IOQueue(label: "b")
         let latch = Latch()
-        let result = Mutex<[Bool]>([])
+        let result = Locked<[Bool]>([])
         a.async {
             let inner = b.sync { [a.isCurrent, b.isCurrent] }
             result.withLock { $0 = inner + [a.isCurrent, b.isCurrent] }

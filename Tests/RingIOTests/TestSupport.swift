@@ -32,7 +32,7 @@ final class Latch: Sendable {
 /// Submits `operation` and waits for its result (`res`, as a CQE gives it).
 func perform(_ engine: IOEngine, _ operation: IORequest.Operation, owner: AnyObject? = nil,
              mayBlock: Bool = false, timeout: Duration = .seconds(10)) -> Int32? {
-    let result = Mutex<Int32?>(nil)
+    let result = Locked<Int32?>(nil)
     let latch = Latch()
     engine.submit(IORequest(operation, owner: owner, mayBlock: mayBlock) { res in
         result.withLock { $0 = res }

@@ -5,6 +5,7 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+import Synchronization
 
 /// The io_uring backend: one ring, owned by one thread.
 ///
@@ -52,18 +53,29 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     private var wakeArmed = false
     private var local: [IORequest] = []
 
+    /// How long an idle ring thread polls for new work before it sleeps.
+    let spinNanoseconds: UInt64
+    /// Set by submitters when the inbox gains work; polled while spinning.
+    private let hasWork = Atomic<Bool>(false)
+
     // Shared, under `lock`.
     private let lock = ConditionLock()
     private var inbox: [IORequest] = []
+    /// The ring thread waits in `io_uring_enter`: wake it with the eventfd.
     private var sleeping = false
+    /// The ring thread has nothing in the kernel and waits on `lock`'s
+    /// condition: a futex wake-up, several times cheaper than the eventfd path.
+    private var idleSleeping = false
     private var wakePending = false
     private var stopping = false
     private var stopped = false
 
-    /// Counters for tests and benchmarks (ring thread writes, racy reads are fine for stats).
-    nonisolated(unsafe) private(set) var enterCalls: UInt64 = 0
+    /// `io_uring_enter` calls so far, for tests and benchmarks.
+    private let enterCounter = Atomic<UInt64>(0)
+    var enterCalls: UInt64 { enterCounter.load(ordering: .relaxed) }
 
-    private init(ring: UnsafeMutablePointer<io_uring>, eventFD: Int32, description: String) {
+    private init(ring: UnsafeMutablePointer<io_uring>, eventFD: Int32, description: String, spinNanoseconds: UInt64) {
+        self.spinNanoseconds = spinNanoseconds
         self.ring = ring
         self.eventFD = eventFD
         self.eventBuffer = .allocate(capacity: 1)
@@ -82,7 +94,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     /// Creates the ring on a new ring thread and starts its loop.
     ///
     /// - Throws: the `io_uring_setup` error (ENOSYS, EPERM, ENOMEM, ...).
-    static func start(entries: Int) throws(Errno) -> UringBackend {
+    static func start(entries: Int, spinNanoseconds: UInt64) throws(Errno) -> UringBackend {
         final class Handoff: @unchecked Sendable {
             // @unchecked: written by the ring thread before `lock.signal`, read
             // by the starter after waking, both under `lock`.
@@ -93,7 +105,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         let handoff = Handoff()
         let entries = UInt32(Swift.min(Swift.max(entries, 2), 32768))
         let rc = spawnThread(name: "ringio-ring") {
-            let result = setUp(entries: entries)
+            let result = setUp(entries: entries, spinNanoseconds: spinNanoseconds)
             let backend = try? result.get()
             handoff.lock.withLock {
                 handoff.result = result
@@ -111,7 +123,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     }
 
     /// Runs on the ring thread: io_uring_queue_init_params with the best flags the kernel takes.
-    private static func setUp(entries: UInt32) -> Result<UringBackend, Errno> {
+    private static func setUp(entries: UInt32, spinNanoseconds: UInt64) -> Result<UringBackend, Errno> {
         let ring = UnsafeMutablePointer<io_uring>.allocate(capacity: 1)
         let attempts: [(UInt32, String)] = [
             (cliburing_setup_single_issuer() | cliburing_setup_defer_taskrun(), "SINGLE_ISSUER|DEFER_TASKRUN"),
@@ -132,7 +144,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                     ring.deallocate()
                     return .failure(Errno(rawValue: e))
                 }
-                return .success(UringBackend(ring: ring, eventFD: efd, description: name))
+                return .success(UringBackend(ring: ring, eventFD: efd, description: name, spinNanoseconds: spinNanoseconds))
             }
             lastError = -rc
             // Only an unknown flag (EINVAL) is worth another attempt.
@@ -152,8 +164,8 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             return
         }
         inbox.append(request)
-        let wake = sleeping && !wakePending
-        if wake { wakePending = true }
+        hasWork.store(true, ordering: .releasing)
+        let wake = wakeLocked()
         lock.unlock()
         if wake { signalEventFD() }
     }
@@ -166,10 +178,26 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             return
         }
         inbox.append(contentsOf: requests)
-        let wake = sleeping && !wakePending
-        if wake { wakePending = true }
+        hasWork.store(true, ordering: .releasing)
+        let wake = wakeLocked()
         lock.unlock()
         if wake { signalEventFD() }
+    }
+
+    /// With `lock` held: wakes an idle ring thread (condition variable) or
+    /// says that one sleeping in `io_uring_enter` needs the eventfd written.
+    @inline(__always)
+    private func wakeLocked() -> Bool {
+        if idleSleeping {
+            idleSleeping = false
+            lock.signal()
+            return false
+        }
+        if sleeping && !wakePending {
+            wakePending = true
+            return true
+        }
+        return false
     }
 
     private func signalEventFD() {
@@ -180,6 +208,10 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     func shutdown() {
         let wake = lock.withLock { () -> Bool in
             stopping = true
+            if idleSleeping {
+                idleSleeping = false
+                lock.signal()
+            }
             return sleeping
         }
         if wake { signalEventFD() }
@@ -197,6 +229,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             // 1. Take what arrived.
             lock.lock()
             swap(&inbox, &local)
+            hasWork.store(false, ordering: .relaxed)
             let stop = stopping
             lock.unlock()
             for request in local { accept(request, stopping: stop) }
@@ -219,7 +252,30 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             // 2. Fill the SQ ring.
             fill()
 
-            // 3. Submit; reap; wait if there is nothing else to do.
+            // 3. Idle (nothing in the kernel but the eventfd read): sleep on the
+            //    condition variable, the cheapest wake-up for the next submitter.
+            if !stop && outstanding <= (wakeArmed ? 1 : 0) && backlog.isEmpty && cancels.isEmpty
+                && cliburing_cq_ready(ring) == 0 {
+                if io_uring_sq_ready(ring) > 0 {
+                    enterCounter.add(1, ordering: .relaxed)
+                    _ = io_uring_submit(ring)
+                }
+                // Spin a little first: a thread wake-up costs tens of µs on a VM.
+                if spinNanoseconds > 0 {
+                    let deadline = monotonicNanoseconds() &+ spinNanoseconds
+                    while !hasWork.load(ordering: .acquiring) && monotonicNanoseconds() < deadline {}
+                }
+                lock.lock()
+                while inbox.isEmpty && !stopping {
+                    idleSleeping = true
+                    lock.wait()
+                }
+                idleSleeping = false
+                lock.unlock()
+                continue
+            }
+
+            // 4. Submit; reap; wait for a completion if there is nothing else to do.
             var waiting = false
             if cliburing_cq_ready(ring) == 0 && outstanding > 0 {
                 lock.lock()
@@ -229,7 +285,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                 }
                 lock.unlock()
             }
-            enterCalls &+= 1
+            enterCounter.add(1, ordering: .relaxed)
             let rc = waiting ? io_uring_submit_and_wait(ring, 1) : io_uring_submit_and_get_events(ring)
             if waiting {
                 lock.lock()
@@ -241,7 +297,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                 fatalError("RingIO: io_uring_enter failed unexpectedly: \(Errno(rawValue: -rc))")
             }
 
-            // 4. Reap everything that is ready.
+            // 5. Reap everything that is ready.
             while true {
                 let n = cqes.withUnsafeMutableBufferPointer { buffer in
                     Int(io_uring_peek_batch_cqe(ring, buffer.baseAddress, UInt32(buffer.count)))

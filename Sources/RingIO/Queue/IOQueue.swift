@@ -1,5 +1,3 @@
-import Synchronization
-
 /// A queue of work items that run on RingIO's own worker threads.
 ///
 /// Every completion handler of the library runs on an `IOQueue`, never on the
@@ -45,7 +43,7 @@ public final class IOQueue: Sendable {
         }
     }
 
-    struct State: ~Copyable {
+    struct State {
         var items = RingBuffer<Item>(initialCapacity: 16)
         var suspendCount = 0
         /// Serial: a worker (or a `sync` caller) owns the queue.
@@ -56,7 +54,7 @@ public final class IOQueue: Sendable {
         var barrierActive = false
     }
 
-    let state = Mutex(State())
+    let state = Locked(State())
 
     /// Creates a queue.
     ///

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import Synchronization
 
 /// A unit of work the pool runs: draining a serial queue, or one item of a
 /// concurrent queue.
@@ -18,7 +19,9 @@ enum PoolJob: Sendable {
 /// job has been started for `stallNanoseconds`: every worker is then blocked
 /// (in a `sync`, a semaphore, a slow syscall in a handler), and the watchdog
 /// adds one thread, up to `maximumThreads`. Threads beyond the base number exit
-/// after `extraIdleNanoseconds` without work. A blocked work item therefore
+/// after `extraIdleNanoseconds` without work. One idle worker at a time polls
+/// for `spinNanoseconds` before it sleeps, so that a handler enqueued right
+/// after the previous one starts without a thread wake-up. A blocked work item therefore
 /// delays other queues by a few milliseconds at most; it cannot starve them.
 final class WorkerPool: @unchecked Sendable {
     // @unchecked: every stored `var` is read and written only with `lock` held.
@@ -27,6 +30,8 @@ final class WorkerPool: @unchecked Sendable {
     static let stallNanoseconds: UInt64 = 4_000_000
     static let extraIdleNanoseconds: UInt64 = 10_000_000_000
     static let maximumThreads = 64
+    /// How long one idle worker polls for new work before it sleeps.
+    static let spinNanoseconds: UInt64 = 50_000
 
     private let lock = ConditionLock()
     private let watchdogCondition: Condition
@@ -34,6 +39,10 @@ final class WorkerPool: @unchecked Sendable {
     private var threads = 0
     private var idle = 0
     private var started: UInt64 = 0
+    /// A worker is polling for work instead of sleeping (at most one at a time).
+    private var spinning = false
+    /// Bumped by every submit; what the spinning worker polls.
+    private let submissions = Atomic<UInt64>(0)
     private var watchdogRunning = false
     private var watchdogAsleep = false
     let baseThreads: Int
@@ -52,7 +61,10 @@ final class WorkerPool: @unchecked Sendable {
         var spawnWatchdog = false
         lock.lock()
         jobs.append(job)
-        if idle > 0 {
+        submissions.add(1, ordering: .releasing)
+        if spinning {
+            // The spinning worker takes it.
+        } else if idle > 0 {
             lock.signal()
         } else if threads < baseThreads {
             threads += 1
@@ -87,10 +99,23 @@ final class WorkerPool: @unchecked Sendable {
         while true {
             if let job = jobs.popFirst() {
                 started &+= 1
+                if !jobs.isEmpty && idle > 0 && !spinning { lock.signal() }
                 lock.unlock()
                 run(job)
                 lock.lock()
                 continue
+            }
+            if !spinning && Self.spinNanoseconds > 0 {
+                // Poll for a short while before sleeping: waking a sleeping
+                // thread costs 5–50 µs, more than most handlers take.
+                spinning = true
+                let seen = submissions.load(ordering: .acquiring)
+                lock.unlock()
+                let deadline = monotonicNanoseconds() &+ Self.spinNanoseconds
+                while submissions.load(ordering: .acquiring) == seen && monotonicNanoseconds() < deadline {}
+                lock.lock()
+                spinning = false
+                if !jobs.isEmpty { continue }
             }
             idle += 1
             if extra {

@@ -1,0 +1,37 @@
+// swift-tools-version:6.1
+// RingIO's benchmarks live in their own package so that the library's users
+// never build SwiftNIO or the benchmark harness.
+//
+//   swift run -c release --package-path Benchmarks micro        # queue hop, engine NOP, read round trip
+//   cd Benchmarks && swift package benchmark                    # ordo-one micro benchmarks (allocations)
+import PackageDescription
+
+let package = Package(
+    name: "RingIOBenchmarks",
+    platforms: [.macOS(.v15)],
+    dependencies: [
+        .package(name: "RingIO", path: "../"),
+        .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+        .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
+    ],
+    targets: [
+        .executableTarget(
+            name: "micro",
+            dependencies: [
+                .product(name: "RingIO", package: "RingIO"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
+            path: "Sources/micro"
+        ),
+        .executableTarget(
+            name: "RingIOMicro",
+            dependencies: [
+                .product(name: "RingIO", package: "RingIO"),
+                .product(name: "Benchmark", package: "benchmark"),
+            ],
+            path: "Benchmarks/RingIOMicro",
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

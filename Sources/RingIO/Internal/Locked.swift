@@ -1,0 +1,37 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A value behind a pthread mutex.
+///
+/// The library uses this rather than `Synchronization.Mutex`: on Linux that
+/// mutex hands ownership over in the kernel (a priority-inheritance futex),
+/// where ThreadSanitizer cannot see the ordering and reports false races;
+/// `pthread_mutex_t` is understood by the sanitizer and costs the same
+/// uncontended.
+final class Locked<Value>: @unchecked Sendable {
+    // @unchecked: `value` is read and written only inside `withLock`, with
+    // the mutex held; the mutex lives in its own allocation and never moves.
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private var value: Value
+
+    init(_ value: Value) {
+        self.value = value
+        mutex = .allocate(capacity: 1)
+        pthread_mutex_init(mutex, nil)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    @inline(__always)
+    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(&value)
+    }
+}
