@@ -5,6 +5,7 @@ let package = Package(
     name: "RingIO",
     products: [
         .library(name: "RingIO", targets: ["RingIO"]),
+        .library(name: "RingIOFoundation", targets: ["RingIOFoundation"]),
         .executable(name: "ringio-demo", targets: ["ringio-demo"]),
     ],
     dependencies: [
@@ -23,6 +24,10 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
+        .target(
+            name: "RingIOFoundation",
+            dependencies: ["RingIO"]
+        ),
         .executableTarget(
             name: "ringio-demo",
             dependencies: [
@@ -34,6 +39,7 @@ let package = Package(
             name: "RingIOTests",
             dependencies: [
                 "RingIO",
+                "RingIOFoundation",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),

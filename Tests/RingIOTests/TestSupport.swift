@@ -70,11 +70,32 @@ final class TemporaryDirectory {
     func file(_ name: String) -> String { path + "/" + name }
 }
 
-/// Deterministic bytes for block `block` of stream `stream`.
-func pattern(stream: Int, block: Int, count: Int) -> [UInt8] {
-    var x = UInt64(truncatingIfNeeded: stream &* 1_000_003 &+ block &* 7919 &+ 1)
-    return (0..<count).map { _ in
-        x = x &* 6364136223846793005 &+ 1442695040888963407
-        return UInt8(truncatingIfNeeded: x >> 56)
+/// Seeded random bytes that `pattern` cuts blocks from.
+let patternSource: [UInt8] = {
+    var x: UInt64 = 0x2545_F491_4F6C_DD1D
+    return (0..<(1 << 16)).map { _ in
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17
+        return UInt8(truncatingIfNeeded: x >> 24)
     }
+}()
+
+/// Deterministic bytes for block `block` of stream `stream`: a window of
+/// `patternSource` chosen by both, with the two numbers stamped at the start.
+func pattern(stream: Int, block: Int, count: Int) -> [UInt8] {
+    let start = (stream &* 7919 &+ block &* 104_729) & (patternSource.count - 1)
+    var out = [UInt8]()
+    out.reserveCapacity(count)
+    var i = start
+    while out.count < count {
+        let n = min(count - out.count, patternSource.count - i)
+        out.append(contentsOf: patternSource[i..<(i + n)])
+        i = 0
+    }
+    withUnsafeBytes(of: UInt32(truncatingIfNeeded: stream).littleEndian) { s in
+        withUnsafeBytes(of: UInt32(truncatingIfNeeded: block).littleEndian) { b in
+            for j in 0..<min(4, count) { out[j] = s[j] }
+            for j in 0..<min(4, max(0, count - 4)) { out[4 + j] = b[j] }
+        }
+    }
+    return out
 }

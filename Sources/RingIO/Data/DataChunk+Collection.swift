@@ -1,0 +1,153 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+extension DataChunk: RandomAccessCollection {
+    public typealias Element = UInt8
+    public typealias Index = Int
+    public typealias Indices = Range<Int>
+
+    public var startIndex: Int { 0 }
+    public var endIndex: Int { count }
+
+    /// The byte at `position`. O(log regions); iterate for sequential access.
+    public subscript(position: Int) -> UInt8 {
+        precondition(position >= 0 && position < count,
+                     "DataChunk index \(position) is out of bounds for a chunk of \(count) bytes")
+        let (leaf, start) = root!.leaf(containing: position)
+        return leaf.bytes[position - start]
+    }
+
+    public func makeIterator() -> Iterator {
+        Iterator(root: root)
+    }
+
+    public func withContiguousStorageIfAvailable<R>(_ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R? {
+        guard let root else { return try body(UnsafeBufferPointer(start: nil, count: 0)) }
+        guard root.isLeaf else { return nil }
+        return try withExtendedLifetime(root) {
+            try root.bytes.withMemoryRebound(to: UInt8.self, body)
+        }
+    }
+
+    /// Walks the regions leaf by leaf: O(count) for all bytes, no lookup per byte.
+    public struct Iterator: IteratorProtocol {
+        /// Right subtrees still to visit, innermost last.
+        private var pending: [Node] = []
+        private var leaf: Node?
+        private var position = 0
+
+        init(root: Node?) {
+            if let root { descend(root) }
+        }
+
+        private mutating func descend(_ start: Node) {
+            var node = start
+            while !node.isLeaf {
+                pending.append(node.right!)
+                node = node.left!
+            }
+            leaf = node
+            position = 0
+        }
+
+        public mutating func next() -> UInt8? {
+            guard let current = leaf else { return nil }
+            if position < current.count {
+                defer { position += 1 }
+                return current.base!.load(fromByteOffset: position, as: UInt8.self)
+            }
+            guard let next = pending.popLast() else {
+                leaf = nil
+                return nil
+            }
+            descend(next)
+            return self.next()
+        }
+    }
+}
+
+extension DataChunk: Hashable {
+    /// Equal when the bytes are equal, whatever the regions.
+    public static func == (lhs: DataChunk, rhs: DataChunk) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        if lhs.root === rhs.root { return true }
+        guard let l = lhs.root, let r = rhs.root else { return true }
+        // Walk both region lists at once, comparing the overlapping pieces.
+        var right = RegionCursor(r)
+        return l.forEachRegion(in: 0..<l.count) { leaf, piece, _ in
+            var bytes = UnsafeRawBufferPointer(rebasing: leaf.bytes[piece])
+            while !bytes.isEmpty {
+                let other = right.take(upTo: bytes.count)
+                if memcmp(bytes.baseAddress!, other.baseAddress!, other.count) != 0 { return false }
+                bytes = UnsafeRawBufferPointer(rebasing: bytes[other.count...])
+            }
+            return true
+        }
+    }
+
+    /// Hashes the count and the bytes; the same for any region layout.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(count)
+        apply { _, _, bytes in
+            hasher.combine(bytes: bytes)
+            return true
+        }
+    }
+}
+
+/// Hands out a tree's bytes in pieces of any size, in order.
+private struct RegionCursor {
+    private var pending: [DataChunk.Node] = []
+    private var leaf: DataChunk.Node?
+    private var position = 0
+
+    init(_ root: DataChunk.Node) { descend(root) }
+
+    private mutating func descend(_ start: DataChunk.Node) {
+        var node = start
+        while !node.isLeaf {
+            pending.append(node.right!)
+            node = node.left!
+        }
+        leaf = node
+        position = 0
+    }
+
+    /// The next at most `limit` bytes (at least one while bytes remain).
+    mutating func take(upTo limit: Int) -> UnsafeRawBufferPointer {
+        while let current = leaf, position == current.count {
+            guard let next = pending.popLast() else {
+                leaf = nil
+                return UnsafeRawBufferPointer(start: nil, count: 0)
+            }
+            descend(next)
+        }
+        guard let current = leaf else { return UnsafeRawBufferPointer(start: nil, count: 0) }
+        let n = Swift.min(limit, current.count - position)
+        defer { position += n }
+        return UnsafeRawBufferPointer(start: current.base! + position, count: n)
+    }
+}
+
+extension DataChunk: CustomStringConvertible, CustomDebugStringConvertible {
+    /// The size, the region count and the first bytes in hex:
+    /// `DataChunk(5 bytes, 2 regions: 68 65 6c 6c 6f)`.
+    public var description: String {
+        let shown = Swift.min(count, 16)
+        var hex = ""
+        for (i, byte) in prefix(shown).enumerated() {
+            if i > 0 { hex += " " }
+            let digits = String(byte, radix: 16)
+            hex += digits.count == 1 ? "0" + digits : digits
+        }
+        if count > shown { hex += " …" }
+        let bytesWord = count == 1 ? "byte" : "bytes"
+        let regionsWord = regionCount == 1 ? "region" : "regions"
+        return count == 0 ? "DataChunk(empty)" : "DataChunk(\(count) \(bytesWord), \(regionCount) \(regionsWord): \(hex))"
+    }
+
+    public var debugDescription: String { description }
+}
