@@ -32,4 +32,24 @@ let benchmarks: @Sendable () -> Void = {
         }
         group.wait()
     }
+
+    // DataChunk: concat and subrange allocate O(log regions) nodes at most.
+    let piece = DataChunk(Array(repeating: UInt8(7), count: 16))
+    var big = DataChunk.empty
+    for _ in 0..<10_000 { big = big + piece }
+    let tenThousand = big
+
+    Benchmark("DataChunk concat onto 10,000 regions",
+              configuration: .init(metrics: [.wallClock, .mallocCountTotal], scalingFactor: .one)) { benchmark in
+        for _ in benchmark.scaledIterations {
+            blackHole(tenThousand + piece)
+        }
+    }
+
+    Benchmark("DataChunk subrange of 10,000 regions",
+              configuration: .init(metrics: [.wallClock, .mallocCountTotal], scalingFactor: .one)) { benchmark in
+        for _ in benchmark.scaledIterations {
+            blackHole(tenThousand.subrange(40_000..<120_000))
+        }
+    }
 }

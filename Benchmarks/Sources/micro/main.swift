@@ -286,5 +286,11 @@ for name in ["RingIO", "RingIO engine only (no hop)", "RingIO NOP, engine only",
     print(pad(name, 30) + "p50 " + lpad(fixed(p50, 1), 6) + "   p99 " + lpad(fixed(p99, 1), 7)
           + (name == "RingIO" ? "" : "   p50 ratio to RingIO: " + fixed(p50 / ringP50, 2) + "×"))
 }
+print("\nDataChunk beside DispatchData (best of 3; time per operation)")
+let dataRows = dataChunkBenchmarks()
+for row in dataRows {
+    print(pad(row.name, 40) + "RingIO " + lpad(formatTime(row.ring), 10) + "   DispatchData " + lpad(formatTime(row.dispatch), 10)
+          + "   DispatchData / RingIO: " + fixed(row.dispatch / row.ring, 1) + "×")
+}
 close(fd)
 unlink(path)
