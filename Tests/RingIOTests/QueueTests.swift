@@ -197,8 +197,17 @@ struct QueueTests {
         #expect(!a.isCurrent)
     }
 
-    @Test("a blocked work item does not starve other queues")
-    func blockedItemsDoNotStarve() {
+    @Test("a blocked work item does not starve other queues", arguments: [false, true])
+    func blockedItemsDoNotStarve(rightAfterOtherWork: Bool) {
+        if rightAfterOtherWork {
+            // A worker is then polling for work (spinning) when the blockers
+            // arrive: the case where the watchdog once missed the stall.
+            let warm = Latch()
+            IOQueue.global.async { warm.signal() }
+            _ = warm.wait()
+        } else {
+            usleep(100_000)
+        }
         let blockers = IOQueue(label: "blockers", kind: .concurrent)
         let release = Latch()
         let blocking = WorkerPool.shared.baseThreads + 2

@@ -28,6 +28,7 @@ final class WorkerPool: @unchecked Sendable {
     static let shared = WorkerPool()
 
     static let stallNanoseconds: UInt64 = 4_000_000
+    static let watchdogSleepAfterNanoseconds: UInt64 = 1_000_000_000
     static let extraIdleNanoseconds: UInt64 = 10_000_000_000
     static let maximumThreads = 64
     /// How long one idle worker polls for new work before it sleeps.
@@ -69,13 +70,15 @@ final class WorkerPool: @unchecked Sendable {
         } else if threads < baseThreads {
             threads += 1
             spawn = true
-        } else {
-            if !watchdogRunning {
-                watchdogRunning = true
-                spawnWatchdog = true
-            } else if watchdogAsleep {
-                watchdogCondition.signal()
-            }
+        }
+        // The watchdog polls while the pool is in use; it sleeps only after a
+        // second of complete idleness, and the next submit wakes it.
+        if !watchdogRunning {
+            watchdogRunning = true
+            spawnWatchdog = true
+        } else if watchdogAsleep {
+            watchdogAsleep = false
+            watchdogCondition.signal()
         }
         lock.unlock()
         if spawn { startWorker(extra: false) }
@@ -145,21 +148,31 @@ final class WorkerPool: @unchecked Sendable {
 
     private func watchdogLoop() {
         lock.lock()
+        var idleSince: UInt64?
         while true {
-            if !jobs.isEmpty && idle == 0 {
-                let before = started
-                let deadline = monotonicNanoseconds() + Self.stallNanoseconds
-                _ = watchdogCondition.wait(untilNanoseconds: deadline)
-                if !jobs.isEmpty && idle == 0 && started == before && threads < Self.maximumThreads {
-                    threads += 1
-                    lock.unlock()
-                    startWorker(extra: true)
-                    lock.lock()
+            let now = monotonicNanoseconds()
+            let poolIdle = jobs.isEmpty && idle + (spinning ? 1 : 0) == threads
+            if poolIdle {
+                if let since = idleSince, now - since > Self.watchdogSleepAfterNanoseconds {
+                    watchdogAsleep = true
+                    while watchdogAsleep { watchdogCondition.wait() }
+                    idleSince = nil
+                    continue
                 }
+                if idleSince == nil { idleSince = now }
             } else {
-                watchdogAsleep = true
-                watchdogCondition.wait()
-                watchdogAsleep = false
+                idleSince = nil
+            }
+            let before = started
+            let waiting = !jobs.isEmpty && idle == 0
+            _ = watchdogCondition.wait(untilNanoseconds: now + Self.stallNanoseconds)
+            if waiting && !jobs.isEmpty && idle == 0 && started == before && threads < Self.maximumThreads {
+                // Jobs have waited a whole period with every worker busy and
+                // none started: the workers are blocked. Add one.
+                threads += 1
+                lock.unlock()
+                startWorker(extra: true)
+                lock.lock()
             }
         }
     }
