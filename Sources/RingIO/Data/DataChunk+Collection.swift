@@ -34,38 +34,44 @@ extension DataChunk: RandomAccessCollection {
 
     /// Walks the regions leaf by leaf: O(count) for all bytes, no lookup per byte.
     public struct Iterator: IteratorProtocol {
-        /// Right subtrees still to visit, innermost last.
-        private var pending: [Node] = []
+        private var leaves: LeafWalker
         private var leaf: Node?
         private var position = 0
 
         init(root: Node?) {
-            if let root { descend(root) }
-        }
-
-        private mutating func descend(_ start: Node) {
-            var node = start
-            while !node.isLeaf {
-                pending.append(node.right!)
-                node = node.left!
-            }
-            leaf = node
-            position = 0
+            leaves = LeafWalker(root)
+            leaf = leaves.next()
         }
 
         public mutating func next() -> UInt8? {
-            guard let current = leaf else { return nil }
-            if position < current.count {
-                defer { position += 1 }
-                return current.base!.load(fromByteOffset: position, as: UInt8.self)
+            while let current = leaf {
+                if position < current.count {
+                    defer { position += 1 }
+                    return current.base!.load(fromByteOffset: position, as: UInt8.self)
+                }
+                leaf = leaves.next()
+                position = 0
             }
-            guard let next = pending.popLast() else {
-                leaf = nil
-                return nil
-            }
-            descend(next)
-            return self.next()
+            return nil
         }
+    }
+}
+
+/// The leaves of a region tree, in order, with a stack of pending right subtrees.
+struct LeafWalker {
+    private var pending: [DataChunk.Node] = []
+
+    init(_ root: DataChunk.Node?) {
+        if let root { pending.append(root) }
+    }
+
+    mutating func next() -> DataChunk.Node? {
+        guard var node = pending.popLast() else { return nil }
+        while !node.isLeaf {
+            pending.append(node.right!)
+            node = node.left!
+        }
+        return node
     }
 }
 
@@ -100,35 +106,27 @@ extension DataChunk: Hashable {
 
 /// Hands out a tree's bytes in pieces of any size, in order.
 private struct RegionCursor {
-    private var pending: [DataChunk.Node] = []
+    private var leaves: LeafWalker
     private var leaf: DataChunk.Node?
     private var position = 0
 
-    init(_ root: DataChunk.Node) { descend(root) }
-
-    private mutating func descend(_ start: DataChunk.Node) {
-        var node = start
-        while !node.isLeaf {
-            pending.append(node.right!)
-            node = node.left!
-        }
-        leaf = node
-        position = 0
+    init(_ root: DataChunk.Node) {
+        leaves = LeafWalker(root)
+        leaf = leaves.next()
     }
 
     /// The next at most `limit` bytes (at least one while bytes remain).
     mutating func take(upTo limit: Int) -> UnsafeRawBufferPointer {
-        while let current = leaf, position == current.count {
-            guard let next = pending.popLast() else {
-                leaf = nil
-                return UnsafeRawBufferPointer(start: nil, count: 0)
+        while let current = leaf {
+            if position < current.count {
+                let n = Swift.min(limit, current.count - position)
+                defer { position += n }
+                return UnsafeRawBufferPointer(start: current.base! + position, count: n)
             }
-            descend(next)
+            leaf = leaves.next()
+            position = 0
         }
-        guard let current = leaf else { return UnsafeRawBufferPointer(start: nil, count: 0) }
-        let n = Swift.min(limit, current.count - position)
-        defer { position += n }
-        return UnsafeRawBufferPointer(start: current.base! + position, count: n)
+        return UnsafeRawBufferPointer(start: nil, count: 0)
     }
 }
 

@@ -18,16 +18,8 @@ final class ConditionLock: @unchecked Sendable {
 
     init() {
         mutex = .allocate(capacity: 1)
-        cond = .allocate(capacity: 1)
-        var attr = pthread_mutexattr_t()
-        pthread_mutexattr_init(&attr)
-        pthread_mutex_init(mutex, &attr)
-        pthread_mutexattr_destroy(&attr)
-        var cattr = pthread_condattr_t()
-        pthread_condattr_init(&cattr)
-        pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC)
-        pthread_cond_init(cond, &cattr)
-        pthread_condattr_destroy(&cattr)
+        pthread_mutex_init(mutex, nil)
+        cond = makeMonotonicCondition()
     }
 
     deinit {
@@ -88,12 +80,7 @@ final class Condition: @unchecked Sendable {
 
     init(lock: ConditionLock) {
         self.lock = lock
-        cond = .allocate(capacity: 1)
-        var cattr = pthread_condattr_t()
-        pthread_condattr_init(&cattr)
-        pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC)
-        pthread_cond_init(cond, &cattr)
-        pthread_condattr_destroy(&cattr)
+        cond = makeMonotonicCondition()
     }
 
     deinit {
@@ -112,4 +99,15 @@ final class Condition: @unchecked Sendable {
 
     func signal() { pthread_cond_signal(cond) }
     func broadcast() { pthread_cond_broadcast(cond) }
+}
+
+/// A condition variable whose timed waits use CLOCK_MONOTONIC.
+private func makeMonotonicCondition() -> UnsafeMutablePointer<pthread_cond_t> {
+    let cond = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    var cattr = pthread_condattr_t()
+    pthread_condattr_init(&cattr)
+    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC)
+    pthread_cond_init(cond, &cattr)
+    pthread_condattr_destroy(&cattr)
+    return cond
 }
