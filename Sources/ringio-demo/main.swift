@@ -102,8 +102,8 @@ func now() -> Double {
 func pump(engine: IOEngine, queue: IOQueue, count: Int, inFlight: Int,
           make: @escaping @Sendable (Int, @escaping @Sendable (Int32) -> Void) -> IORequest,
           check: @escaping @Sendable (Int, Int32) -> String?) throws {
+    // @unchecked: touched only from items of the serial `queue` (and before the first one is submitted).
     final class State: @unchecked Sendable {
-        // @unchecked: touched only from items of the serial `queue` (and before the first one is submitted).
         var next = 0
         var finished = 0
         var failure: String?

@@ -21,10 +21,10 @@
 /// at most one between siblings, so a tree of n regions is at most
 /// 1.44·log2(n) deep.
 extension DataChunk {
+    // @unchecked: every field is immutable after init; `base` points at
+    // bytes that are never written after their storage was created, and
+    // `storage` keeps them alive.
     final class Node: @unchecked Sendable {
-        // @unchecked: every field is immutable after init; `base` points at
-        // bytes that are never written after their storage was created, and
-        // `storage` keeps them alive.
         let left: Node?
         let right: Node?
         let storage: Storage?

@@ -21,11 +21,11 @@ import CLiburing
 /// on the engine's thread (the ring thread or a pool worker), so it must be
 /// short and must not block: channels use it to hand results to an `IOQueue`.
 @_spi(Engine)
+// @unchecked: `operation`, `owner` and `completion` are immutable after
+// init. `engineState` and `worker` are touched only by the engine that
+// owns the request: by the ring thread (io_uring backend) or under the
+// pool's lock (thread-pool backend).
 public final class IORequest: @unchecked Sendable {
-    // @unchecked: `operation`, `owner` and `completion` are immutable after
-    // init. `engineState` and `worker` are touched only by the engine that
-    // owns the request: by the ring thread (io_uring backend) or under the
-    // pool's lock (thread-pool backend).
 
     public enum Operation {
         /// The corresponding io_uring operation is `IORING_OP_NOP`.

@@ -27,9 +27,9 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
     static let maximumThreads = 64
     static let idleNanoseconds: UInt64 = 10_000_000_000
 
+    // @unchecked: `cancelFD` is immutable; `cancelSignalled` is guarded by
+    // the backend's lock.
     final class Worker: @unchecked Sendable {
-        // @unchecked: `cancelFD` is immutable; `cancelSignalled` is guarded by
-        // the backend's lock.
         let cancelFD: Int32
         var cancelSignalled = false
         init(cancelFD: Int32) { self.cancelFD = cancelFD }

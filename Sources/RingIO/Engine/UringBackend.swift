@@ -95,9 +95,9 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     ///
     /// - Throws: the `io_uring_setup` error (ENOSYS, EPERM, ENOMEM, ...).
     static func start(entries: Int, spinNanoseconds: UInt64) throws(Errno) -> UringBackend {
+        // @unchecked: written by the ring thread before `lock.signal`, read
+        // by the starter after waking, both under `lock`.
         final class Handoff: @unchecked Sendable {
-            // @unchecked: written by the ring thread before `lock.signal`, read
-            // by the starter after waking, both under `lock`.
             let lock = ConditionLock()
             var done = false
             var result: Result<UringBackend, Errno> = .failure(.invalidArgument)
