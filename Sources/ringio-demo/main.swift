@@ -132,11 +132,7 @@ func pump(engine: IOEngine, queue: IOQueue, count: Int, inFlight: Int,
         for i in 0..<first { launch(i) }
     }
     group.wait()
-    if let failure = queue.sync(execute: { state.failure }) { throw DemoError(failure) }
-}
-
-extension IOQueue {
-    func sync<T>(execute work: () -> T) -> T { sync(work) }
+    if let failure = queue.sync({ state.failure }) { throw DemoError(failure) }
 }
 
 func run() throws {

@@ -147,14 +147,10 @@ func percentile(_ xs: [UInt64], _ p: Double) -> Double {
 
 let samples = 20_000
 
-/// The engine alone: submission until the completion runs on the ring thread.
-func ringEngineOnly() -> [UInt64] { engineOnly(nop: false) }
-/// A NOP through the engine: the cost of the thread handoff alone.
-func ringNopOnly() -> [UInt64] { engineOnly(nop: true) }
-
-func engineOnly(nop: Bool) -> [UInt64] {
-    let engine = IOEngine.shared
-    let buffer = ReadBuffer()
+/// Runs `samples` 4 KiB reads one after another at random offsets:
+/// `issue(offset, finished)` starts one, and `finished()` marks where its
+/// latency ends (in the handler, on whatever thread or queue that runs).
+func sampleLatencies(_ issue: (Int64, @escaping @Sendable () -> Void) -> Void) -> [UInt64] {
     let sema = DispatchSemaphore(value: 0)
     let latency = Mutex<UInt64>(0)
     var offsets = Offsets()
@@ -162,60 +158,7 @@ func engineOnly(nop: Bool) -> [UInt64] {
     out.reserveCapacity(samples)
     for _ in 0..<samples {
         let t0 = now()
-        let op: IORequest.Operation = nop ? .nop : .read(fd: fd, buffer: buffer.bytes, offset: offsets.next())
-        engine.submit(IORequest(op, owner: buffer) { res in
-            precondition(res == (nop ? 0 : 4096))
-            latency.withLock { $0 = now() - t0 }
-            sema.signal()
-        })
-        sema.wait()
-        out.append(latency.withLock { $0 })
-    }
-    return out
-}
-
-func ringRoundTrip() -> [UInt64] {
-    let engine = IOEngine.shared
-    let queue = IOQueue(label: "rt")
-    let buffer = ReadBuffer()
-    let sema = DispatchSemaphore(value: 0)
-    let latency = Mutex<UInt64>(0)
-    var offsets = Offsets()
-    var out: [UInt64] = []
-    out.reserveCapacity(samples)
-    for _ in 0..<samples {
-        let t0 = now()
-        engine.submit(IORequest(.read(fd: fd, buffer: buffer.bytes, offset: offsets.next()), owner: buffer) { res in
-            queue.async {
-                precondition(res == 4096)
-                latency.withLock { $0 = now() - t0 }
-                sema.signal()
-            }
-        })
-        sema.wait()
-        out.append(latency.withLock { $0 })
-    }
-    return out
-}
-
-// DispatchIO adds the fd position at channel creation to random offsets: start at 0.
-let rewound = lseek(fd, 0, SEEK_SET)
-let dispatchChannel = DispatchIO(type: .random, fileDescriptor: fd, queue: .global(), cleanupHandler: { _ in })
-
-func dispatchRoundTrip() -> [UInt64] {
-    let queue = DispatchQueue(label: "rt")
-    let sema = DispatchSemaphore(value: 0)
-    let latency = Mutex<UInt64>(0)
-    var offsets = Offsets()
-    var out: [UInt64] = []
-    out.reserveCapacity(samples)
-    for _ in 0..<samples {
-        let t0 = now()
-        let got = Mutex(0)
-        dispatchChannel.read(offset: off_t(offsets.next()), length: 4096, queue: queue) { done, data, error in
-            let total = got.withLock { $0 += data?.count ?? 0; return $0 }
-            guard done else { return }
-            if !(error == 0 && total == 4096) { print("DispatchIO read returned \(total) bytes, error \(error)"); exit(1) }
+        issue(offsets.next()) {
             latency.withLock { $0 = now() - t0 }
             sema.signal()
         }
@@ -225,17 +168,58 @@ func dispatchRoundTrip() -> [UInt64] {
     return out
 }
 
+/// The engine alone: submission until the completion runs on the ring thread.
+func ringEngineOnly() -> [UInt64] { engineOnly(nop: false) }
+/// A NOP through the engine: the cost of the thread handoff alone.
+func ringNopOnly() -> [UInt64] { engineOnly(nop: true) }
+
+func engineOnly(nop: Bool) -> [UInt64] {
+    let buffer = ReadBuffer()
+    return sampleLatencies { offset, finished in
+        let op: IORequest.Operation = nop ? .nop : .read(fd: fd, buffer: buffer.bytes, offset: offset)
+        IOEngine.shared.submit(IORequest(op, owner: buffer) { res in
+            precondition(res == (nop ? 0 : 4096))
+            finished()
+        })
+    }
+}
+
+func ringRoundTrip() -> [UInt64] {
+    let queue = IOQueue(label: "rt")
+    let buffer = ReadBuffer()
+    return sampleLatencies { offset, finished in
+        IOEngine.shared.submit(IORequest(.read(fd: fd, buffer: buffer.bytes, offset: offset), owner: buffer) { res in
+            queue.async {
+                precondition(res == 4096)
+                finished()
+            }
+        })
+    }
+}
+
+// DispatchIO adds the fd position at channel creation to random offsets: start at 0.
+_ = lseek(fd, 0, SEEK_SET)
+let dispatchChannel = DispatchIO(type: .random, fileDescriptor: fd, queue: .global(), cleanupHandler: { _ in })
+
+func dispatchRoundTrip() -> [UInt64] {
+    let queue = DispatchQueue(label: "rt")
+    return sampleLatencies { offset, finished in
+        let got = Mutex(0)
+        dispatchChannel.read(offset: off_t(offset), length: 4096, queue: queue) { done, data, error in
+            let total = got.withLock { $0 += data?.count ?? 0; return $0 }
+            guard done else { return }
+            if !(error == 0 && total == 4096) { print("DispatchIO read returned \(total) bytes, error \(error)"); exit(1) }
+            finished()
+        }
+    }
+}
+
 func preadRoundTrip() -> [UInt64] {
     let buffer = ReadBuffer()
-    var offsets = Offsets()
-    var out: [UInt64] = []
-    out.reserveCapacity(samples)
-    for _ in 0..<samples {
-        let t0 = now()
-        precondition(pread(fd, buffer.bytes.baseAddress, 4096, off_t(offsets.next())) == 4096)
-        out.append(now() - t0)
+    return sampleLatencies { offset, finished in
+        precondition(pread(fd, buffer.bytes.baseAddress, 4096, off_t(offset)) == 4096)
+        finished()
     }
-    return out
 }
 
 // MARK: - run
