@@ -9,7 +9,7 @@ extension DataChunk {
     ///
     /// Every region that points into these bytes holds the storage; the
     /// deallocator runs exactly once, when the last of them is gone.
-    final class Storage: @unchecked Sendable {
+    class Storage: @unchecked Sendable {
         // @unchecked: `bytes` and `deallocator` are immutable, and the bytes
         // they describe are never written after the storage is created.
         let bytes: UnsafeRawBufferPointer

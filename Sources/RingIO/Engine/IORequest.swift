@@ -47,6 +47,9 @@ public final class IORequest: @unchecked Sendable {
         case close(fd: Int32)
         /// `IORING_OP_FSYNC` (with `IORING_FSYNC_DATASYNC` when `dataOnly`).
         case fsync(fd: Int32, dataOnly: Bool)
+        /// Waits until `fd` is ready for `events` (`POLLIN`, `POLLOUT`);
+        /// completes with the ready events. `IORING_OP_POLL_ADD`.
+        case poll(fd: Int32, events: UInt32)
         /// Cancels `target`: `IORING_OP_ASYNC_CANCEL` on the ring, or an
         /// interrupted wait in the pool. Made by `IOEngine.cancel(_:)`.
         case cancel(target: IORequest)
@@ -74,6 +77,11 @@ public final class IORequest: @unchecked Sendable {
         self.owner = owner
         self.mayBlock = mayBlock
         self.completion = completion
+    }
+
+    var isPoll: Bool {
+        if case .poll = operation { return true }
+        return false
     }
 
     var isCancel: Bool {

@@ -86,7 +86,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
                 completeNow.append((target, -ECANCELED))
                 completeNow.append((request, 0))
             case .inFlight:
-                if target.mayBlock, let worker = target.worker as? Worker, !worker.cancelSignalled {
+                if target.mayBlock || target.isPoll, let worker = target.worker as? Worker, !worker.cancelSignalled {
                     worker.cancelSignalled = true
                     var one: UInt64 = 1
                     _ = write(worker.cancelFD, &one, 8)
@@ -208,6 +208,19 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
             return Glibc.close(fd) == 0 ? 0 : -cliburing_errno()
         case .fsync(let fd, let dataOnly):
             return retryingEINTR { Int(dataOnly ? fdatasync(fd) : fsync(fd)) }
+        case .poll(let fd, let events):
+            while true {
+                var fds = [pollfd(fd: fd, events: Int16(truncatingIfNeeded: events), revents: 0),
+                           pollfd(fd: cancelFD, events: Int16(POLLIN), revents: 0)]
+                let rc = Glibc.poll(&fds, 2, -1)
+                if rc < 0 {
+                    let e = cliburing_errno()
+                    if e == EINTR { continue }
+                    return -e
+                }
+                if fds[1].revents != 0 { return -ECANCELED }
+                return Int32(fds[0].revents)
+            }
         case .cancel:
             return -EINVAL
         }

@@ -419,6 +419,8 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             io_uring_prep_close(sqe, fd)
         case .fsync(let fd, let dataOnly):
             io_uring_prep_fsync(sqe, fd, dataOnly ? UInt32(IORING_FSYNC_DATASYNC) : 0)
+        case .poll(let fd, let events):
+            io_uring_prep_poll_add(sqe, fd, events)
         case .cancel:
             fatalError("unreachable: cancels are prepared in fill()")
         }

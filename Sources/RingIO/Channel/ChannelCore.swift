@@ -1,0 +1,427 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CLiburing
+import SystemPackage
+
+/// How a path channel opens its file.
+struct PathSpec: Sendable {
+    let path: FilePath
+    let mode: FileDescriptor.AccessMode
+    let options: FileDescriptor.OpenOptions
+    let permissions: FilePermissions?
+
+    var openFlags: Int32 { mode.rawValue | options.rawValue | O_CLOEXEC }
+}
+
+/// The state of one channel, shared with its operations; `IOChannel` is the
+/// public face that closes it when released.
+// @unchecked: `kind`, `queue`, `engine`, `cleanup` and `pathSpec` are
+// immutable; every other field is read and written only with `lock` held.
+final class ChannelCore: @unchecked Sendable {
+    enum Target {
+        /// Operations go to this entry; a random channel's offsets count from `base`.
+        case entry(FDEntry, base: Int64)
+        /// A path channel that has not opened its file yet.
+        case unopened
+        /// Creation or open failed: every operation gets this error.
+        case failed(Errno)
+    }
+
+    private enum Deferred {
+        case operation(ChannelOperation)
+        case barrier(@Sendable () -> Void)
+    }
+
+    let kind: IOChannel.Kind
+    let queue: IOQueue
+    let engine: IOEngine
+    let cleanup: @Sendable (Errno?) -> Void
+    let pathSpec: PathSpec?
+
+    private let lock = ConditionLock()
+    private var target: Target
+    private var settings = ChannelSettings()
+    private var closed = false
+    private var stopped = false
+    /// The cleanup handler ran, or was handed to the entry: never twice.
+    private var cleanupHandedOff = false
+    private var active: [ObjectIdentifier: ChannelOperation] = [:]
+    // Path channels only.
+    private var checked = false
+    private var opening = false
+    private var deferred: [Deferred] = []
+
+    /// A channel on an fd (or on an entry of another channel), or a failed one.
+    init(kind: IOChannel.Kind, target: Target, queue: IOQueue, engine: IOEngine,
+         cleanup: @escaping @Sendable (Errno?) -> Void) {
+        self.kind = kind
+        self.target = target
+        self.queue = queue
+        self.engine = engine
+        self.cleanup = cleanup
+        self.pathSpec = nil
+        if case .failed(let error) = target {
+            cleanupHandedOff = true
+            queue.async { cleanup(error) }
+        }
+    }
+
+    /// A path channel; checks the path at once, opens it on first use.
+    init(kind: IOChannel.Kind, path: PathSpec, queue: IOQueue, engine: IOEngine,
+         cleanup: @escaping @Sendable (Errno?) -> Void) {
+        self.kind = kind
+        self.target = .unopened
+        self.queue = queue
+        self.engine = engine
+        self.cleanup = cleanup
+        self.pathSpec = path
+        checkPath()
+    }
+
+    /// An fd channel: validates `fd` (fstat, and lseek for a random channel)
+    /// and attaches to the fd's shared entry.
+    static func target(fd: Int32, kind: IOChannel.Kind) -> Target {
+        switch describe(fd: fd) {
+        case .failure(let error):
+            return .failed(error)
+        case .success(let (fileKind, identity)):
+            if fileKind == .directory { return .failed(.isDirectory) }
+            var base: Int64 = 0
+            if kind == .random {
+                if fileKind == .fifo || fileKind == .socket { return .failed(.illegalSeek) }
+                let position = lseek(fd, 0, SEEK_CUR)
+                if position < 0 { return .failed(Errno(rawValue: cliburing_errno())) }
+                base = Int64(position)
+            }
+            return .entry(FDEntry.attach(fd: fd, kind: fileKind, identity: identity), base: base)
+        }
+    }
+
+    /// What a channel made from this one starts from (`IOChannel(kind:channel:)`).
+    func derive(kind newKind: IOChannel.Kind) -> (Target?, PathSpec?) {
+        lock.withLock { () -> (Target?, PathSpec?) in
+            if closed { return (.failed(.canceled), nil) }
+            switch target {
+            case .failed(let error):
+                return (.failed(error), nil)
+            case .unopened:
+                return (nil, pathSpec)
+            case .entry(let entry, _):
+                if let pathSpec { return (nil, pathSpec) }
+                guard entry.attachChannel() else { return (.failed(.canceled), nil) }
+                var base: Int64 = 0
+                if newKind == .random {
+                    if entry.kind == .fifo || entry.kind == .socket {
+                        entry.channelClosed(cleanup: .init(queue: queue, handler: { _ in }))
+                        return (.failed(.illegalSeek), nil)
+                    }
+                    let position = lseek(entry.fd, 0, SEEK_CUR)
+                    if position < 0 {
+                        entry.channelClosed(cleanup: .init(queue: queue, handler: { _ in }))
+                        return (.failed(Errno(rawValue: cliburing_errno())), nil)
+                    }
+                    base = Int64(position)
+                }
+                return (.entry(entry, base: base), nil)
+            }
+        }
+    }
+
+    // MARK: - settings
+
+    func setHighWater(_ bytes: Int) {
+        lock.withLock {
+            let high = Swift.max(bytes, 1)
+            if let low = settings.low, low > bytes { settings.low = Swift.max(bytes, 0) }
+            settings.high = high
+        }
+    }
+
+    func setLowWater(_ bytes: Int) {
+        lock.withLock {
+            let low = Swift.max(bytes, 0)
+            if settings.high < low { settings.high = Swift.max(low, 1) }
+            settings.low = low
+        }
+    }
+
+    func setInterval(_ interval: Duration, strict: Bool) {
+        lock.withLock {
+            settings.interval = interval > .zero ? interval : nil
+            settings.strictInterval = strict
+        }
+    }
+
+    var fileDescriptor: FileDescriptor? {
+        lock.withLock {
+            if closed { return nil }
+            if case .entry(let entry, _) = target { return FileDescriptor(rawValue: entry.fd) }
+            return nil
+        }
+    }
+
+    // MARK: - operations
+
+    func submit(direction: ChannelOperation.Direction, offset: Int64, length: Int, data: DataChunk,
+                queue opQueue: IOQueue, endAfterFirstBytes: Bool = false, handler: @escaping IOChannel.Handler) {
+        lock.lock()
+        let operation = ChannelOperation(direction: direction, isStream: kind == .stream, queue: opQueue,
+                                         engine: engine, settings: settings, offset: offset, length: length,
+                                         data: data, endAfterFirstBytes: endAfterFirstBytes, channel: self,
+                                         handler: handler)
+        var immediate: Errno?? = nil  // .some(error or nil): finish without I/O
+        var ready: (FDEntry, [FDEntry.Item])?
+        var open = false
+        if closed {
+            immediate = .some(.canceled)
+        } else if case .failed(let error) = target {
+            immediate = .some(error)
+        } else if length == 0 {
+            immediate = .some(nil)
+        } else {
+            active[ObjectIdentifier(operation)] = operation
+            switch target {
+            case .entry(let entry, let base):
+                ready = (entry, operation.enqueue(on: entry, base: base))
+            case .unopened:
+                deferred.append(.operation(operation))
+                open = startOpenIfNeededLocked()
+            case .failed:
+                break
+            }
+        }
+        lock.unlock()
+        if let immediate { operation.finishWithoutIO(immediate) }
+        if let (entry, items) = ready { entry.start(items) }
+        if open { openPath() }
+    }
+
+    func barrier(_ work: @escaping @Sendable () -> Void) {
+        lock.lock()
+        var ready: (FDEntry, [FDEntry.Item])?
+        var runNow = false
+        var open = false
+        switch target {
+        case .entry(let entry, _):
+            ready = (entry, entry.enqueueBarrier(queue: queue, work))
+        case .unopened where !closed:
+            deferred.append(.barrier(work))
+            open = startOpenIfNeededLocked()
+        case .unopened, .failed:
+            runNow = true
+        }
+        lock.unlock()
+        if runNow { queue.async(work) }
+        if let (entry, items) = ready { entry.start(items) }
+        if open { openPath() }
+    }
+
+    /// The operations' bytes requested but not yet handled (for tests).
+    var readAheadBytes: Int {
+        let ops = lock.withLock { Array(active.values) }
+        return ops.reduce(0) { $0 + $1.readAheadBytes }
+    }
+
+    /// An operation's last handler call returned.
+    func operationEnded(_ operation: ChannelOperation) {
+        _ = lock.withLock { active.removeValue(forKey: ObjectIdentifier(operation)) }
+    }
+
+    // MARK: - close
+
+    func close(stop: Bool) {
+        lock.lock()
+        var toStop: [ChannelOperation] = []
+        var cancelled: [Deferred] = []
+        if stop && !stopped {
+            stopped = true
+            toStop = Array(active.values)
+            cancelled = deferred.filter { if case .operation = $0 { return true } else { return false } }
+            deferred.removeAll { if case .operation = $0 { return true } else { return false } }
+        }
+        var closeEntry: FDEntry?
+        var cleanupNow = false
+        if !closed {
+            closed = true
+            switch target {
+            case .entry(let entry, _):
+                if !cleanupHandedOff {
+                    cleanupHandedOff = true
+                    closeEntry = entry
+                }
+            case .unopened:
+                if !opening && deferred.isEmpty && !cleanupHandedOff {
+                    cleanupHandedOff = true
+                    cleanupNow = true
+                }
+            case .failed:
+                break
+            }
+        }
+        lock.unlock()
+        for case .operation(let op) in cancelled { op.finishWithoutIO(.canceled) }
+        for op in toStop { op.stop() }
+        if let closeEntry { closeEntry.channelClosed(cleanup: .init(queue: queue, handler: cleanup)) }
+        if cleanupNow {
+            let cleanup = self.cleanup
+            queue.async { cleanup(nil) }
+        }
+    }
+
+    // MARK: - path channels
+
+    /// With the lock held: whether the caller must start opening the file now.
+    private func startOpenIfNeededLocked() -> Bool {
+        guard checked, !opening, case .unopened = target, !deferred.isEmpty else { return false }
+        opening = true
+        return true
+    }
+
+    /// The asynchronous check of a path channel's path (statx; with `.create`
+    /// and no file, its directory).
+    private func checkPath() {
+        guard let spec = pathSpec else { return }
+        let follow = !spec.options.contains(.noFollow)
+        Probe.statx(engine: engine, path: spec.path.string, follow: follow) { [self] result in
+            switch result {
+            case .success(let kind):
+                if kind == .directory { return pathFailed(.isDirectory) }
+                if self.kind == .random && (kind == .fifo || kind == .socket) { return pathFailed(.illegalSeek) }
+                pathChecked()
+            case .failure(.noSuchFileOrDirectory) where spec.options.contains(.create):
+                Probe.statx(engine: engine, path: spec.path.removingLastComponent().string, follow: true) { [self] parent in
+                    switch parent {
+                    case .success(.directory): pathChecked()
+                    case .success: pathFailed(.notDirectory)
+                    case .failure(let error): pathFailed(error)
+                    }
+                }
+            case .failure(let error):
+                pathFailed(error)
+            }
+        }
+    }
+
+    private func pathChecked() {
+        let open = lock.withLock { () -> Bool in
+            checked = true
+            return startOpenIfNeededLocked()
+        }
+        if open { openPath() }
+    }
+
+    private func openPath() {
+        guard let spec = pathSpec else { return }
+        let permissions = spec.permissions?.rawValue ?? 0o666
+        Probe.open(engine: engine, path: spec.path.string, flags: spec.openFlags, mode: UInt32(permissions)) { [self] result in
+            switch result {
+            case .failure(let error):
+                pathFailed(error)
+            case .success(let fd):
+                switch describe(fd: fd) {
+                case .failure(let error):
+                    _ = Glibc.close(fd)
+                    pathFailed(error)
+                case .success(let (fileKind, _)):
+                    if fileKind == .directory {
+                        _ = Glibc.close(fd)
+                        return pathFailed(.isDirectory)
+                    }
+                    if kind == .random && (fileKind == .fifo || fileKind == .socket) {
+                        _ = Glibc.close(fd)
+                        return pathFailed(.illegalSeek)
+                    }
+                    pathOpened(FDEntry.owning(fd: fd, kind: fileKind))
+                }
+            }
+        }
+    }
+
+    private func pathOpened(_ entry: FDEntry) {
+        lock.lock()
+        target = .entry(entry, base: 0)
+        opening = false
+        let pending = deferred
+        deferred = []
+        var ready: [FDEntry.Item] = []
+        for item in pending {
+            switch item {
+            case .operation(let op): ready += op.enqueue(on: entry, base: 0)
+            case .barrier(let work): ready += entry.enqueueBarrier(queue: queue, work)
+            }
+        }
+        var handOff = false
+        if closed && !cleanupHandedOff {
+            cleanupHandedOff = true
+            handOff = true
+        }
+        lock.unlock()
+        entry.start(ready)
+        if handOff { entry.channelClosed(cleanup: .init(queue: queue, handler: cleanup)) }
+    }
+
+    private func pathFailed(_ error: Errno) {
+        lock.lock()
+        target = .failed(error)
+        opening = false
+        checked = true
+        let pending = deferred
+        deferred = []
+        let runCleanup = !cleanupHandedOff
+        cleanupHandedOff = true
+        lock.unlock()
+        for item in pending {
+            switch item {
+            case .operation(let op): op.finishWithoutIO(error)
+            case .barrier(let work): queue.async(work)
+            }
+        }
+        if runCleanup {
+            let cleanup = self.cleanup
+            queue.async { cleanup(error) }
+        }
+    }
+}
+
+/// One-request helpers for the path channels: statx and openat through the
+/// engine, with the memory they point at kept alive until completion.
+// @unchecked: `path` and `buffer` are written before the request is
+// submitted and read only in its completion.
+final class Probe: @unchecked Sendable {
+    private let path: UnsafeMutablePointer<CChar>
+    private let buffer = UnsafeMutablePointer<cliburing_statx_t>.allocate(capacity: 1)
+
+    private init(path: String) {
+        let bytes = Array(path.utf8CString)
+        self.path = .allocate(capacity: bytes.count)
+        self.path.initialize(from: bytes, count: bytes.count)
+    }
+
+    deinit {
+        buffer.deallocate()
+        path.deallocate()
+    }
+
+    static func statx(engine: IOEngine, path: String, follow: Bool,
+                      _ completion: @escaping @Sendable (Result<FileKind, Errno>) -> Void) {
+        let probe = Probe(path: path)
+        let flags = follow ? 0 : AT_SYMLINK_NOFOLLOW
+        engine.submit(IORequest(.statx(directory: AT_FDCWD, path: probe.path, flags: flags,
+                                       mask: UInt32(STATX_TYPE), buffer: probe.buffer), owner: probe) { res in
+            if res < 0 { return completion(.failure(Errno(rawValue: -res))) }
+            completion(.success(FileKind(mode: mode_t(probe.buffer.pointee.stx_mode))))
+        })
+    }
+
+    static func open(engine: IOEngine, path: String, flags: Int32, mode: UInt32,
+                     _ completion: @escaping @Sendable (Result<Int32, Errno>) -> Void) {
+        let probe = Probe(path: path)
+        engine.submit(IORequest(.openat(directory: AT_FDCWD, path: probe.path, flags: flags, mode: mode),
+                                owner: probe, mayBlock: true) { res in
+            completion(res < 0 ? .failure(Errno(rawValue: -res)) : .success(res))
+        })
+    }
+}

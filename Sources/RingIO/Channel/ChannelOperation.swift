@@ -1,0 +1,557 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CLiburing
+import SystemPackage
+
+/// A channel's water marks and interval, as an operation snapshots them.
+struct ChannelSettings: Sendable {
+    var high: Int = .max
+    /// `nil`: the default (see `effectiveLow`).
+    var low: Int?
+    var interval: Duration?
+    var strictInterval = false
+
+    /// The most bytes one handler call delivers: the high-water mark, and
+    /// with the default low-water mark on files, one chunk.
+    func deliverySize(positional: Bool) -> Int {
+        let high = Swift.max(self.high, 1)
+        return low == nil && positional ? Swift.min(high, IOChannel.chunkSize) : high
+    }
+
+    /// The low-water mark in force: the one set, else per chunk on files
+    /// (min(high, chunk size)) and per read on pipes, sockets and ttys.
+    func effectiveLow(positional: Bool) -> Int {
+        if let low { return Swift.max(low, 1) }
+        return positional ? Swift.min(high, IOChannel.chunkSize) : 1
+    }
+}
+
+/// One read or write of a channel: cuts its range into requests, keeps a
+/// bounded number in flight, puts the results back in file order and hands
+/// them to the handler by the water-mark and interval rules.
+///
+/// ```
+///   file:   |---- slot 0 ----|---- slot 1 ----|---- slot 2 ----|-- ...
+///            done, delivered   in flight        in flight       not issued
+///                          ▲
+///                          transferred (contiguous bytes done, in order)
+/// ```
+///
+/// Positional operations (random channels, stream channels on regular files)
+/// keep up to `maxInFlight` requests of `chunkSize` bytes in flight at
+/// explicit offsets; a stream operation reads the file position when it
+/// starts and moves it when it ends. On pipes, sockets and ttys one request
+/// is in flight at a time, at the file position.
+///
+/// Memory is bounded: no new read is issued while the bytes in flight plus
+/// the bytes delivered but not yet handled reach `maxBufferedBytes`, so a slow
+/// handler slows reading down.
+// @unchecked: the `let`s are immutable; every `var` is read and written only
+// with `lock` held, except `entry` and `channelBase`, written once by the
+// channel before the operation is enqueued and only read afterwards.
+final class ChannelOperation: @unchecked Sendable {
+    enum Direction { case read, write }
+
+    static let maxInFlight = 4
+    static let maxBufferedBytes = 8 * IOChannel.chunkSize
+
+    let direction: Direction
+    let isStream: Bool
+    let queue: IOQueue
+    let engine: IOEngine
+    let handler: IOChannel.Handler
+    let settings: ChannelSettings
+    let userOffset: Int64
+    let length: Int
+    let data: DataChunk
+    /// The one-shot read on a pipe or socket: end once some bytes arrived.
+    let endAfterFirstBytes: Bool
+    weak var channel: ChannelCore?
+
+    var entry: FDEntry?
+    var channelBase: Int64 = 0
+    var lane: Int = 0
+
+    private enum End {
+        case complete, endOfFile, failed(Errno)
+    }
+
+    private struct Delivery {
+        let done: Bool
+        let data: DataChunk?
+        let error: Errno?
+        let bytes: Int
+    }
+
+    /// One request's range and buffer, in file order.
+    // @unchecked: a slot is read and written only with its operation's lock
+    // held; its buffer's bytes only by the one request in flight on them.
+    final class Slot: @unchecked Sendable {
+        let start: Int
+        let size: Int
+        var done = 0
+        var complete = false
+        var endOfFile = false
+        var error: Errno?
+        var request: IORequest?
+        let buffer: ReadBuffer?
+        /// Writes: the bytes of this slot.
+        let piece: DataChunk
+        var iovecs: UnsafeMutablePointer<iovec>?
+
+        init(start: Int, size: Int, buffer: ReadBuffer?, piece: DataChunk) {
+            self.start = start
+            self.size = size
+            self.buffer = buffer
+            self.piece = piece
+        }
+
+        deinit { iovecs?.deallocate() }
+    }
+
+    private let lock = ConditionLock()
+    private var started = false
+    private var stopped = false
+    private var ioDone = false
+    private var countedInEntry = false
+    private var positional = false
+    private var inFlightLimit = 1
+    private var fileBase: Int64 = 0
+    private var slots: [Slot] = []
+    private var issued = 0
+    private var transferred = 0
+    private var inFlight = 0
+    private var end: End?
+    private var undelivered = DataChunk.empty
+    private var writeDeliveredAt = 0
+    private var queuedBytes = 0
+    private var handledBytes = 0
+    private var deliveries = RingBuffer<Delivery>(initialCapacity: 8)
+    private var runnerActive = false
+
+    init(direction: Direction, isStream: Bool, queue: IOQueue, engine: IOEngine,
+         settings: ChannelSettings, offset: Int64, length: Int, data: DataChunk,
+         endAfterFirstBytes: Bool = false, channel: ChannelCore?, handler: @escaping IOChannel.Handler) {
+        self.channel = channel
+        self.direction = direction
+        self.isStream = isStream
+        self.queue = queue
+        self.engine = engine
+        self.settings = settings
+        self.userOffset = offset
+        self.length = length
+        self.data = data
+        self.endAfterFirstBytes = endAfterFirstBytes
+        self.handler = handler
+    }
+
+    // MARK: - life cycle
+
+    /// Queues the operation on `entry` (the channel's lock is held).
+    func enqueue(on entry: FDEntry, base: Int64) -> [FDEntry.Item] {
+        self.entry = entry
+        self.channelBase = base
+        self.lane = entry.lane(isRead: direction == .read)
+        lock.withLock { countedInEntry = true }
+        return entry.enqueue(self)
+    }
+
+    /// Ends an operation that never reached an entry (closed or failed
+    /// channel, empty range): its one and only handler call.
+    func finishWithoutIO(_ error: Errno?) {
+        let schedule = lock.withLock { () -> Bool in
+            ioDone = true
+            started = true
+            switch direction {
+            case .read:
+                return enqueueLocked(Delivery(done: true, data: error == nil ? .empty : nil, error: error, bytes: 0))
+            case .write:
+                let rest: DataChunk? = error == nil ? nil : data
+                return enqueueLocked(Delivery(done: true, data: rest, error: error, bytes: 0))
+            }
+        }
+        if schedule { scheduleRunner() }
+    }
+
+    /// The entry says it is this operation's turn.
+    func start() {
+        guard let entry else { return }
+        var requests: [IORequest] = []
+        var finishNow = false
+        lock.lock()
+        started = true
+        if stopped {
+            end = .failed(.canceled)
+        } else {
+            let random = channel?.kind == .random
+            positional = random || (entry.kind.isPositional && !(direction == .write && entry.appendMode))
+            inFlightLimit = positional && entry.kind.isPositional ? Self.maxInFlight : 1
+            if random {
+                let (sum, overflow) = channelBase.addingReportingOverflow(userOffset)
+                if overflow || sum < 0 { end = .failed(.invalidArgument) } else { fileBase = sum }
+            } else if positional {
+                let position = lseek(entry.fd, 0, SEEK_CUR)
+                if position < 0 { end = .failed(Errno(rawValue: cliburing_errno())) } else { fileBase = Int64(position) }
+            }
+            if end == nil {
+                if let interval = settings.interval {
+                    IntervalTimers.shared.schedule(every: interval) { [weak self] in self?.tick() ?? false }
+                }
+                requests = makeRequestsLocked()
+            }
+        }
+        finishNow = end != nil && inFlight == 0
+        lock.unlock()
+        if finishNow {
+            finishIO()
+        } else {
+            submit(requests)
+        }
+    }
+
+    /// `close(stop: true)`: cancels what is in flight; a queued operation
+    /// ends at once with `.canceled`.
+    func stop() {
+        let (wasStarted, inFlightRequests) = lock.withLock { () -> (Bool, [IORequest]) in
+            if stopped || ioDone { return (true, []) }
+            stopped = true
+            return (started, slots.compactMap { $0.request })
+        }
+        if !wasStarted, let entry, entry.removeIfPending(self) {
+            lock.withLock {
+                started = true
+                end = .failed(.canceled)
+            }
+            finishIO(ranOnEntry: false)
+            return
+        }
+        for request in inFlightRequests { engine.cancel(request) }
+    }
+
+    /// Bytes requested from the file but not yet handled by the handler
+    /// (for tests of the read-ahead bound).
+    var readAheadBytes: Int { lock.withLock { issued - handledBytes } }
+
+    // MARK: - requests
+
+    private var mayBlock: Bool { entry?.kind.mayBlock ?? false }
+
+    /// With the lock held: new requests while the limits allow.
+    private func makeRequestsLocked() -> [IORequest] {
+        guard started, !stopped, end == nil, let entry else { return [] }
+        var out: [IORequest] = []
+        // `slots` holds every request not yet taken in file order, in flight
+        // or done early: bounding it bounds the buffers, however the
+        // completions are ordered.
+        while slots.count < inFlightLimit {
+            let remaining = length - issued
+            if remaining <= 0 { break }
+            let size = Swift.min(IOChannel.chunkSize, remaining)
+            let slot: Slot
+            switch direction {
+            case .read:
+                if queuedBytes + slots.count * IOChannel.chunkSize >= Self.maxBufferedBytes { return out }
+                let buffer = ReadBuffer(capacity: size, pool: size == IOChannel.chunkSize ? BufferPool.shared : nil)
+                slot = Slot(start: issued, size: size, buffer: buffer, piece: .empty)
+            case .write:
+                slot = Slot(start: issued, size: size, buffer: nil, piece: data.subrange(issued..<(issued + size)))
+            }
+            issued += size
+            slots.append(slot)
+            out.append(makeRequestLocked(slot, fd: entry.fd))
+        }
+        return out
+    }
+
+    /// With the lock held: the request for what is left of `slot`.
+    private func makeRequestLocked(_ slot: Slot, fd: Int32) -> IORequest {
+        let offset: Int64 = positional ? fileBase + Int64(slot.start + slot.done) : -1
+        let operation: IORequest.Operation
+        switch direction {
+        case .read:
+            let buffer = slot.buffer!
+            operation = .read(fd: fd, buffer: UnsafeMutableRawBufferPointer(start: buffer.pointer + slot.done,
+                                                                             count: slot.size - slot.done),
+                              offset: offset)
+        case .write:
+            let rest = slot.done == 0 ? slot.piece : slot.piece.subrange(slot.done..<slot.size)
+            if rest.regionCount == 1 {
+                var region = UnsafeRawBufferPointer(start: nil, count: 0)
+                rest.apply { _, _, bytes in
+                    region = bytes
+                    return false
+                }
+                operation = .write(fd: fd, buffer: region, offset: offset)
+            } else {
+                let count = Swift.min(rest.regionCount, 1024 /* IOV_MAX */)
+                slot.iovecs?.deallocate()
+                let iovecs = UnsafeMutablePointer<iovec>.allocate(capacity: count)
+                var i = 0
+                rest.apply { _, _, bytes in
+                    iovecs[i] = iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress), iov_len: bytes.count)
+                    i += 1
+                    return i < count
+                }
+                slot.iovecs = iovecs
+                operation = .writev(fd: fd, iovecs: iovecs, count: count, offset: offset)
+            }
+        }
+        inFlight += 1
+        let request = IORequest(operation, owner: slot, mayBlock: mayBlock) { [self] res in
+            completed(slot, res)
+        }
+        slot.request = request
+        return request
+    }
+
+    private func submit(_ requests: [IORequest]) {
+        guard !requests.isEmpty else { return }
+        if requests.count == 1 { engine.submit(requests[0]) } else { engine.submit(contentsOf: requests) }
+        // A stop that came between making and submitting them found them
+        // not yet in the engine: cancel them again now that they are.
+        if lock.withLock({ stopped }) {
+            for r in requests { engine.cancel(r) }
+        }
+    }
+
+    // MARK: - completions (on the engine's thread: short, never blocking)
+
+    private func completed(_ slot: Slot, _ res: Int32) {
+        var requests: [IORequest] = []
+        lock.lock()
+        inFlight -= 1
+        slot.request = nil
+        let fd = entry!.fd
+        if res > 0 {
+            slot.done += Int(res)
+            if slot.done < slot.size && !stopped && end == nil && (positional || direction == .write) {
+                requests.append(makeRequestLocked(slot, fd: fd))  // continue a short read or write
+            } else {
+                slot.complete = true
+            }
+        } else if res == 0 {
+            if direction == .read {
+                slot.endOfFile = true
+            } else {
+                slot.error = .ioError  // a write that moved nothing would loop forever
+            }
+            slot.complete = true
+        } else if (res == -EINTR || res == -EAGAIN) && !stopped && end == nil {
+            if res == -EAGAIN {
+                // A non-blocking fd: wait for readiness, then try again.
+                let events = UInt32(direction == .read ? POLLIN : POLLOUT)
+                inFlight += 1
+                let poll = IORequest(.poll(fd: fd, events: events), owner: slot, mayBlock: true) { [self] pollRes in
+                    polled(slot, pollRes)
+                }
+                slot.request = poll
+                requests.append(poll)
+            } else {
+                requests.append(makeRequestLocked(slot, fd: fd))
+            }
+        } else {
+            slot.error = Errno(rawValue: -res)
+            slot.complete = true
+        }
+        let schedule = advanceLocked()
+        requests += makeRequestsLocked()
+        let finish = end != nil && inFlight == 0 && !ioDone
+        lock.unlock()
+        if schedule { scheduleRunner() }
+        submit(requests)
+        if finish { finishIO() }
+    }
+
+    private func polled(_ slot: Slot, _ res: Int32) {
+        var requests: [IORequest] = []
+        lock.lock()
+        inFlight -= 1
+        slot.request = nil
+        if res < 0 && res != -EINTR || stopped || end != nil {
+            slot.error = res < 0 && res != -EINTR ? Errno(rawValue: -res) : .canceled
+            slot.complete = true
+        } else {
+            requests.append(makeRequestLocked(slot, fd: entry!.fd))
+        }
+        let schedule = advanceLocked()
+        let finish = end != nil && inFlight == 0 && !ioDone
+        lock.unlock()
+        if schedule { scheduleRunner() }
+        submit(requests)
+        if finish { finishIO() }
+    }
+
+    /// With the lock held: takes completed slots in file order, decides how
+    /// the operation ends, and enqueues the deliveries the water marks call
+    /// for. Returns whether the handler runner must be scheduled.
+    private func advanceLocked() -> Bool {
+        while end == nil, let head = slots.first, head.complete {
+            slots.removeFirst()
+            if direction == .read, head.done > 0 {
+                undelivered = undelivered.concat(head.buffer!.chunk(count: head.done))
+            }
+            transferred += head.done
+            if !positional && direction == .read { issued = transferred }
+            if let error = head.error {
+                end = .failed(stopped && error == .canceled ? .canceled : error)
+            } else if head.endOfFile {
+                end = .endOfFile
+            } else if head.done < head.size && direction == .read && stopped {
+                end = .failed(.canceled)
+            }
+        }
+        if end == nil {
+            if transferred == length {
+                end = .complete
+            } else if endAfterFirstBytes && !positional && transferred > 0 {
+                end = .complete
+            } else if stopped && inFlight == 0 {
+                end = .failed(.canceled)
+            }
+        }
+        if end != nil {
+            slots.removeAll()  // later slots: past the end; their results are ignored
+            return false
+        }
+        return deliverByWaterMarksLocked(force: false)
+    }
+
+    /// With the lock held: the deliveries of the low-water rule (`force`: a
+    /// strict interval tick, which delivers even less, even nothing).
+    private func deliverByWaterMarksLocked(force: Bool) -> Bool {
+        let low = settings.effectiveLow(positional: positional)
+        let high = settings.deliverySize(positional: positional)
+        var schedule = false
+        switch direction {
+        case .read:
+            while !undelivered.isEmpty && (undelivered.count >= low || force) {
+                let n = Swift.min(high, undelivered.count)
+                let piece = undelivered.subrange(0..<n)
+                undelivered = undelivered.subrange(n..<undelivered.count)
+                schedule = enqueueLocked(Delivery(done: false, data: piece, error: nil, bytes: n)) || schedule
+            }
+            if force && !schedule && deliveries.isEmpty {
+                schedule = enqueueLocked(Delivery(done: false, data: .empty, error: nil, bytes: 0))
+            }
+        case .write:
+            if transferred < length && (transferred - writeDeliveredAt >= low || (force && deliveries.isEmpty)) {
+                writeDeliveredAt = transferred
+                schedule = enqueueLocked(Delivery(done: false, data: data.subrange(transferred..<length),
+                                                  error: nil, bytes: 0))
+            }
+        }
+        return schedule
+    }
+
+    /// The interval timer: returns false once the operation is over.
+    private func tick() -> Bool {
+        lock.lock()
+        if ioDone || end != nil {
+            lock.unlock()
+            return false
+        }
+        let schedule = settings.strictInterval ? deliverByWaterMarksLocked(force: true) : deliverByWaterMarksLocked(force: false)
+        lock.unlock()
+        if schedule { scheduleRunner() }
+        return true
+    }
+
+    /// The I/O is over: the final deliveries, the file position, the entry.
+    private func finishIO(ranOnEntry: Bool = true) {
+        lock.lock()
+        guard !ioDone, let end else {
+            lock.unlock()
+            return
+        }
+        ioDone = true
+        let high = settings.deliverySize(positional: positional)
+        var schedule = false
+        switch direction {
+        case .read:
+            var pieces: [DataChunk] = []
+            while !undelivered.isEmpty {
+                let n = Swift.min(high, undelivered.count)
+                pieces.append(undelivered.subrange(0..<n))
+                undelivered = undelivered.subrange(n..<undelivered.count)
+            }
+            switch end {
+            case .complete:
+                if pieces.isEmpty { pieces = [.empty] }
+                for (i, piece) in pieces.enumerated() {
+                    let last = i == pieces.count - 1
+                    schedule = enqueueLocked(Delivery(done: last, data: piece, error: nil, bytes: piece.count)) || schedule
+                }
+            case .endOfFile, .failed:
+                for piece in pieces {
+                    schedule = enqueueLocked(Delivery(done: false, data: piece, error: nil, bytes: piece.count)) || schedule
+                }
+                if case .failed(let error) = end {
+                    schedule = enqueueLocked(Delivery(done: true, data: nil, error: error, bytes: 0)) || schedule
+                } else {
+                    schedule = enqueueLocked(Delivery(done: true, data: .empty, error: nil, bytes: 0)) || schedule
+                }
+            }
+        case .write:
+            switch end {
+            case .complete, .endOfFile:
+                schedule = enqueueLocked(Delivery(done: true, data: nil, error: nil, bytes: 0))
+            case .failed(let error):
+                schedule = enqueueLocked(Delivery(done: true, data: data.subrange(transferred..<length), error: error, bytes: 0))
+            }
+        }
+        let moveTo: Int64? = isStream && positional && started && ranOnEntry ? fileBase + Int64(transferred) : nil
+        lock.unlock()
+        if let moveTo, let entry { _ = lseek(entry.fd, off_t(moveTo), SEEK_SET) }
+        if ranOnEntry { entry?.operationFinishedIO(self) }
+        if schedule { scheduleRunner() }
+    }
+
+    // MARK: - handler calls: on `queue`, one at a time, in order
+
+    /// With the lock held: adds a delivery; true if the runner must be scheduled.
+    private func enqueueLocked(_ delivery: Delivery) -> Bool {
+        deliveries.append(delivery)
+        queuedBytes += delivery.bytes
+        if runnerActive { return false }
+        runnerActive = true
+        return true
+    }
+
+    private func scheduleRunner() {
+        queue.async { [self] in runDeliveries() }
+    }
+
+    private func runDeliveries() {
+        var budget = 16
+        while true {
+            lock.lock()
+            guard let delivery = deliveries.popFirst() else {
+                runnerActive = false
+                lock.unlock()
+                return
+            }
+            lock.unlock()
+            handler(delivery.done, delivery.data, delivery.error)
+            lock.lock()
+            queuedBytes -= delivery.bytes
+            handledBytes += delivery.bytes
+            let requests = delivery.done ? [] : makeRequestsLocked()
+            let counted = countedInEntry
+            lock.unlock()
+            submit(requests)
+            if delivery.done {
+                channel?.operationEnded(self)
+                if counted { entry?.operationHandlersReturned() }
+                return
+            }
+            budget -= 1
+            if budget == 0 {
+                scheduleRunner()  // let other work on the queue run
+                return
+            }
+        }
+    }
+}

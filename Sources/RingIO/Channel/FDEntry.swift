@@ -1,0 +1,307 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CLiburing
+import SystemPackage
+
+/// What kind of file an fd refers to, and what that means for I/O on it.
+enum FileKind: Sendable, Equatable {
+    case regular, directory, fifo, socket, character, block, other
+
+    init(mode: mode_t) {
+        switch mode & S_IFMT {
+        case S_IFREG: self = .regular
+        case S_IFDIR: self = .directory
+        case S_IFIFO: self = .fifo
+        case S_IFSOCK: self = .socket
+        case S_IFCHR: self = .character
+        case S_IFBLK: self = .block
+        default: self = .other
+        }
+    }
+
+    /// Positional reads and writes work, and several may be in flight at once.
+    var isPositional: Bool { self == .regular || self == .block }
+
+    /// Reads and writes may wait indefinitely (a pipe, a socket, a tty).
+    var mayBlock: Bool { self == .fifo || self == .socket || self == .character || self == .other }
+
+    /// Reads and writes are independent directions (a pending read does not
+    /// hold back a write).
+    var hasIndependentDirections: Bool { !isPositional }
+}
+
+/// What `fstat` says of an fd, as far as channels care.
+struct FileIdentity: Sendable, Hashable {
+    let device: UInt64
+    let inode: UInt64
+}
+
+/// `fstat(fd)`: the file's kind and identity, or the error.
+func describe(fd: Int32) -> Result<(FileKind, FileIdentity), Errno> {
+    var st = stat()
+    while fstat(fd, &st) != 0 {
+        let e = cliburing_errno()
+        if e != EINTR { return .failure(Errno(rawValue: e)) }
+    }
+    return .success((FileKind(mode: st.st_mode), FileIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))))
+}
+
+/// The state shared by every channel of one file descriptor: the order in
+/// which their operations run, their barriers, and when their cleanup
+/// handlers may run.
+///
+/// ```
+///  items (not started, in submission order)        running
+///  ┌──────┬──────┬─────────┬──────┐
+///  │ op A │ op B │ barrier │ op C │  ──pump──▶  stream ops: one per lane at a time
+///  └──────┴──────┴─────────┴──────┘             random ops: all at once
+///                                               a barrier: alone, after every earlier op
+/// ```
+///
+/// A regular file has one lane (reads and writes of every stream channel in
+/// one FIFO); a pipe, socket or tty has a read lane and a write lane.
+///
+/// Channels made from an fd share the entry found under (fd, st_dev, st_ino):
+/// a closed and reused fd number is a different file and gets a new entry.
+/// A path channel has an entry of its own, which owns (and closes) its fd.
+// @unchecked: immutable fields after init; `state` is guarded by `lock`.
+// Lock order: a channel's lock may be held while taking the entry's; the
+// entry never calls out (to operations, queues or channels) with its lock held.
+final class FDEntry: @unchecked Sendable {
+    struct Key: Hashable {
+        let fd: Int32
+        let identity: FileIdentity
+    }
+
+    enum Item {
+        case operation(ChannelOperation)
+        case barrier(IOQueue, @Sendable () -> Void)
+    }
+
+    struct Cleanup {
+        let queue: IOQueue
+        let handler: @Sendable (Errno?) -> Void
+    }
+
+    let fd: Int32
+    let kind: FileKind
+    let key: Key?
+    /// The entry opened the fd (a path channel) and closes it before cleanup.
+    let ownsDescriptor: Bool
+    /// The fd has `O_APPEND`: writes go one at a time at the file position.
+    let appendMode: Bool
+
+    private let lock = ConditionLock()
+    private var items: [Item] = []
+    private var running = 0
+    private var laneBusy: (Bool, Bool) = (false, false)
+    private var barrierRunning = false
+    private var channels = 0
+    private var handlersOutstanding = 0
+    private var cleanups: [Cleanup] = []
+    private var finished = false
+
+    private init(fd: Int32, kind: FileKind, key: Key?, ownsDescriptor: Bool) {
+        self.fd = fd
+        self.kind = kind
+        self.key = key
+        self.ownsDescriptor = ownsDescriptor
+        let flags = fcntl(fd, F_GETFL)
+        self.appendMode = flags >= 0 && (flags & O_APPEND) != 0
+    }
+
+    // MARK: - the registry of fd entries
+
+    private static let registry = Locked<[Key: FDEntry]>([:])
+
+    /// The entry shared by the channels of `fd`, with one more channel attached.
+    static func attach(fd: Int32, kind: FileKind, identity: FileIdentity) -> FDEntry {
+        let key = Key(fd: fd, identity: identity)
+        return registry.withLock { entries in
+            if let entry = entries[key], entry.attachChannel() { return entry }
+            let entry = FDEntry(fd: fd, kind: kind, key: key, ownsDescriptor: false)
+            entry.channels = 1
+            entries[key] = entry
+            return entry
+        }
+    }
+
+    /// A new entry for an fd a path channel opened; it closes the fd at the end.
+    static func owning(fd: Int32, kind: FileKind) -> FDEntry {
+        let entry = FDEntry(fd: fd, kind: kind, key: nil, ownsDescriptor: true)
+        entry.channels = 1
+        return entry
+    }
+
+    /// One more channel shares this entry; false if it has already finished.
+    func attachChannel() -> Bool {
+        lock.withLock {
+            if finished { return false }
+            channels += 1
+            return true
+        }
+    }
+
+    // MARK: - scheduling
+
+    /// The lane of a stream operation: 0, or 1 for writes where the two
+    /// directions are independent.
+    func lane(isRead: Bool) -> Int {
+        kind.hasIndependentDirections && !isRead ? 1 : 0
+    }
+
+    /// Queues `operation`; returns the operations that may start now. Call
+    /// `start(_:)` with them once no lock is held.
+    func enqueue(_ operation: ChannelOperation) -> [Item] {
+        lock.withLock {
+            handlersOutstanding += 1
+            items.append(.operation(operation))
+            return pumpLocked()
+        }
+    }
+
+    /// Queues a barrier; returns what may start now.
+    func enqueueBarrier(queue: IOQueue, _ work: @escaping @Sendable () -> Void) -> [Item] {
+        lock.withLock {
+            items.append(.barrier(queue, work))
+            return pumpLocked()
+        }
+    }
+
+    /// Starts what `enqueue`, `enqueueBarrier` or a completion released.
+    func start(_ ready: [Item]) {
+        for item in ready {
+            switch item {
+            case .operation(let operation):
+                operation.start()
+            case .barrier(let queue, let work):
+                queue.async { [self] in
+                    work()
+                    barrierReturned()
+                }
+            }
+        }
+    }
+
+    /// Removes `operation` if it has not started; false if it has.
+    func removeIfPending(_ operation: ChannelOperation) -> Bool {
+        lock.withLock {
+            guard let i = items.firstIndex(where: {
+                if case .operation(let o) = $0 { return o === operation }
+                return false
+            }) else { return false }
+            items.remove(at: i)
+            return true
+        }
+    }
+
+    /// An operation's I/O is over (its last handler call may still be queued).
+    func operationFinishedIO(_ operation: ChannelOperation) {
+        let ready = lock.withLock { () -> [Item] in
+            running -= 1
+            if operation.isStream { setLane(operation.lane, busy: false) }
+            return pumpLocked()
+        }
+        start(ready)
+    }
+
+    /// An operation's last handler call returned (or it never started).
+    func operationHandlersReturned() {
+        let cleanup = lock.withLock { () -> [Cleanup]? in
+            handlersOutstanding -= 1
+            return finishIfIdleLocked()
+        }
+        if let cleanup { runCleanups(cleanup) }
+    }
+
+    private func barrierReturned() {
+        let (ready, cleanup) = lock.withLock { () -> ([Item], [Cleanup]?) in
+            barrierRunning = false
+            let ready = pumpLocked()
+            return (ready, ready.isEmpty ? finishIfIdleLocked() : nil)
+        }
+        start(ready)
+        if let cleanup { runCleanups(cleanup) }
+    }
+
+    /// A channel of this entry closed; its cleanup runs once every channel
+    /// has closed and every handler has returned.
+    func channelClosed(cleanup: Cleanup) {
+        let ready = lock.withLock { () -> [Cleanup]? in
+            channels -= 1
+            cleanups.append(cleanup)
+            return finishIfIdleLocked()
+        }
+        if let ready { runCleanups(ready) }
+    }
+
+    private func setLane(_ lane: Int, busy: Bool) {
+        if lane == 0 { laneBusy.0 = busy } else { laneBusy.1 = busy }
+    }
+
+    private func laneIsBusy(_ lane: Int) -> Bool {
+        lane == 0 ? laneBusy.0 : laneBusy.1
+    }
+
+    /// Takes from `items` what may start: stream operations whose lane is
+    /// free (in order), random operations, and a barrier once nothing runs.
+    private func pumpLocked() -> [Item] {
+        if barrierRunning { return [] }
+        var ready: [Item] = []
+        var blocked: (Bool, Bool) = (false, false)
+        var i = 0
+        while i < items.count {
+            switch items[i] {
+            case .barrier:
+                if i == 0 && running == 0 && ready.isEmpty {
+                    barrierRunning = true
+                    ready.append(items.remove(at: 0))
+                }
+                return ready
+            case .operation(let operation):
+                if operation.isStream {
+                    let lane = operation.lane
+                    let isBlocked = lane == 0 ? blocked.0 : blocked.1
+                    if isBlocked || laneIsBusy(lane) {
+                        if lane == 0 { blocked.0 = true } else { blocked.1 = true }
+                        i += 1
+                        continue
+                    }
+                    setLane(lane, busy: true)
+                }
+                running += 1
+                ready.append(items.remove(at: i))
+            }
+        }
+        return ready
+    }
+
+    /// With the lock held: if no channel is open and nothing is left to run
+    /// or return, marks the entry finished and returns the cleanups to run.
+    private func finishIfIdleLocked() -> [Cleanup]? {
+        guard !finished, channels == 0, handlersOutstanding == 0, running == 0,
+              items.isEmpty, !barrierRunning else { return nil }
+        finished = true
+        let out = cleanups
+        cleanups = []
+        return out
+    }
+
+    private func runCleanups(_ list: [Cleanup]) {
+        if let key {
+            FDEntry.registry.withLock { entries in
+                if entries[key] === self { entries[key] = nil }
+            }
+        }
+        if ownsDescriptor {
+            _ = Glibc.close(fd)
+        }
+        for cleanup in list {
+            let handler = cleanup.handler
+            cleanup.queue.async { handler(nil) }
+        }
+    }
+}

@@ -1,0 +1,171 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import SystemPackage
+import Testing
+@_spi(Engine) @testable import RingIO
+
+/// End-to-end checks of the channel machinery: the copy pipeline, parallel
+/// random reads, bounded read-ahead and the buffer pool.
+@Suite("IOChannel end to end")
+struct IOChannelSmokeTests {
+    static func writeFile(_ path: String, _ bytes: [UInt8]) {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        precondition(fd >= 0)
+        var off = 0
+        while off < bytes.count {
+            let n = bytes[off...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            precondition(n > 0)
+            off += n
+        }
+        close(fd)
+    }
+
+    static func readFile(_ path: String) -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        precondition(fd >= 0)
+        defer { close(fd) }
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let n = Glibc.read(fd, &buf, buf.count)
+            if n <= 0 { break }
+            out += buf[0..<n]
+        }
+        return out
+    }
+
+    static func randomBytes(_ n: Int, seed: UInt64) -> [UInt8] {
+        var x = seed | 1
+        return (0..<n).map { _ in
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17
+            return UInt8(truncatingIfNeeded: x)
+        }
+    }
+
+    @Test("a stream read channel piped into a write channel copies 2 MiB + 123 bytes exactly", arguments: allBackends)
+    func copyPipeline(backend: IOEngine.Backend) throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let bytes = Self.randomBytes(2 << 20 + 123, seed: 7)
+        Self.writeFile(dir.file("src"), bytes)
+        let queue = IOQueue(label: "copy")
+        let cleaned = Latch(count: 2)
+        let reader = try IOChannel(kind: .stream, path: FilePath(dir.file("src")), mode: .readOnly,
+                                   queue: queue, engine: engine) { _ in cleaned.signal() }
+        let writer = try IOChannel(kind: .stream, path: FilePath(dir.file("dst")), mode: .writeOnly,
+                                   options: [.create, .truncate], permissions: [.ownerReadWrite],
+                                   queue: queue, engine: engine) { _ in cleaned.signal() }
+        let finished = Latch()
+        let failure = Locked<String?>(nil)
+        reader.read(length: .max, queue: queue) { done, data, error in
+            if let error { failure.withLock { $0 = "read: \(error)" } }
+            if let data, !data.isEmpty {
+                writer.write(data: data, queue: queue) { _, _, error in
+                    if let error { failure.withLock { $0 = "write: \(error)" } }
+                }
+            }
+            if done {
+                writer.barrier { finished.signal() }
+            }
+        }
+        #expect(finished.wait(timeout: .seconds(20)))
+        reader.close()
+        writer.close()
+        #expect(cleaned.wait(timeout: .seconds(10)))
+        #expect(failure.withLock { $0 } == nil)
+        #expect(Self.readFile(dir.file("dst")) == bytes)
+    }
+
+    @Test("four concurrent random reads of a file's quarters", arguments: allBackends)
+    func quarters(backend: IOEngine.Backend) throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let bytes = Self.randomBytes(4 << 20, seed: 11)
+        Self.writeFile(dir.file("f"), bytes)
+        let fd = open(dir.file("f"), O_RDONLY | O_CLOEXEC)
+        defer { close(fd) }
+        let queue = IOQueue(label: "q", kind: .concurrent)
+        let channel = IOChannel(kind: .random, fileDescriptor: FileDescriptor(rawValue: fd), queue: queue, engine: engine)
+        let parts = Locked([DataChunk](repeating: .empty, count: 4))
+        let errors = Locked<[Errno]>([])
+        let done = Latch(count: 4)
+        let quarter = bytes.count / 4
+        for i in 0..<4 {
+            channel.read(offset: Int64(i * quarter), length: quarter, queue: queue) { finished, data, error in
+                if let data { parts.withLock { $0[i] = $0[i] + data } }
+                if let error { errors.withLock { $0.append(error) } }
+                if finished { done.signal() }
+            }
+        }
+        #expect(done.wait())
+        #expect(errors.withLock { $0 }.isEmpty)
+        let all = parts.withLock { $0 }.reduce(DataChunk.empty, +)
+        #expect(Array(all) == bytes)
+        channel.close()
+    }
+
+    @Test("a slow handler bounds read-ahead", arguments: allBackends)
+    func boundedReadAhead(backend: IOEngine.Backend) throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        // 64 MiB, sparse: reads are cheap, so read-ahead would race far ahead.
+        let path = dir.file("big")
+        let fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        #expect(ftruncate(fd, 64 << 20) == 0)
+        defer { close(fd) }
+        let queue = IOQueue(label: "slow")
+        let channel = IOChannel(kind: .random, fileDescriptor: FileDescriptor(rawValue: fd), queue: queue, engine: engine)
+        let handled = Locked(0)
+        let sizes = Locked<[Int]>([])
+        let done = Latch()
+        let firstCall = Latch()
+        let release = Latch()
+        channel.read(offset: 0, length: .max, queue: queue) { finished, data, error in
+            if handled.withLock({ v in v += 1; return v }) == 1 {
+                firstCall.signal()
+                _ = release.wait(timeout: .seconds(10))
+            }
+            if finished { done.signal() }
+            if let data, !finished, data.count != 1 << 20 { sizes.withLock { $0.append(data.count) } }
+            if let error { sizes.withLock { $0.append(-Int(error.rawValue)) } }
+        }
+        #expect(firstCall.wait())
+        // While the first handler call blocks, reading must stop at the bound.
+        usleep(300_000)
+        let ahead = channel.core.readAheadBytes
+        #expect(ahead > 0)
+        #expect(ahead <= ChannelOperation.maxBufferedBytes + ChannelOperation.maxInFlight * IOChannel.chunkSize)
+        release.signal()
+        #expect(done.wait(timeout: .seconds(30)))
+        #expect(handled.withLock { $0 } == 65)  // 64 deliveries of 1 MiB and the end of file
+        #expect(sizes.withLock { $0 }.isEmpty)
+        channel.close()
+    }
+
+    @Test("close(stop: true) ends a read blocked on an empty pipe with .canceled", arguments: allBackends)
+    func stopBlockedRead(backend: IOEngine.Backend) throws {
+        let engine = try makeEngine(backend)
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        defer { close(fds[0]); close(fds[1]) }
+        let queue = IOQueue(label: "pipe")
+        let channel = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: fds[0]), queue: queue, engine: engine)
+        let calls = Locked<[(Bool, Int?, Errno?)]>([])
+        let done = Latch()
+        channel.read(length: .max, queue: queue) { finished, data, error in
+            calls.withLock { $0.append((finished, data?.count, error)) }
+            if finished { done.signal() }
+        }
+        _ = "abc".withCString { Glibc.write(fds[1], $0, 3) }
+        usleep(100_000)
+        let start = monotonicNanoseconds()
+        channel.close(stop: true)
+        #expect(done.wait(timeout: .seconds(5)))
+        #expect(monotonicNanoseconds() - start < 2_000_000_000)
+        let seen = calls.withLock { $0 }
+        #expect(seen.count == 2)
+        #expect(seen.first?.0 == false && seen.first?.1 == 3)
+        #expect(seen.last?.0 == true && seen.last?.1 == nil && seen.last?.2 == .canceled)
+    }
+}
