@@ -119,6 +119,7 @@ final class ChannelOperation: @unchecked Sendable {
     private var countedInEntry = false
     private var positional = false
     private var inFlightLimit = 1
+    private var requestSize = IOChannel.chunkSize
     private var fileBase: Int64 = 0
     private var slots: [Slot] = []
     private var issued = 0
@@ -186,9 +187,12 @@ final class ChannelOperation: @unchecked Sendable {
         if stopped {
             end = .failed(.canceled)
         } else {
-            let random = channel?.kind == .random
+            let random = !isStream
             positional = random || (entry.kind.isPositional && !(direction == .write && entry.appendMode))
             inFlightLimit = positional && entry.kind.isPositional ? Self.maxInFlight : 1
+            // Requests of the high-water mark, capped by the chunk size (and
+            // at least a page): a write reports its progress per request.
+            requestSize = Swift.min(IOChannel.chunkSize, Swift.max(settings.high, 4096))
             if random {
                 let (sum, overflow) = channelBase.addingReportingOverflow(userOffset)
                 if overflow || sum < 0 { end = .failed(.invalidArgument) } else { fileBase = sum }
@@ -215,10 +219,19 @@ final class ChannelOperation: @unchecked Sendable {
     /// `close(stop: true)`: cancels what is in flight; a queued operation
     /// ends at once with `.canceled`.
     func stop() {
-        let (wasStarted, inFlightRequests) = lock.withLock { () -> (Bool, [IORequest]) in
-            if stopped || ioDone { return (true, []) }
+        let (wasStarted, inFlightRequests, finishNow) = lock.withLock { () -> (Bool, [IORequest], Bool) in
+            if stopped || ioDone { return (true, [], false) }
             stopped = true
-            return (started, slots.compactMap { $0.request })
+            // Nothing in flight (read-ahead waits for the handler): end now.
+            if started && inFlight == 0 && end == nil {
+                _ = advanceLocked()
+                return (true, [], end != nil)
+            }
+            return (started, slots.compactMap { $0.request }, false)
+        }
+        if finishNow {
+            finishIO()
+            return
         }
         if !wasStarted, let entry, entry.removeIfPending(self) {
             lock.withLock {
@@ -249,11 +262,11 @@ final class ChannelOperation: @unchecked Sendable {
         while slots.count < inFlightLimit {
             let remaining = length - issued
             if remaining <= 0 { break }
-            let size = Swift.min(IOChannel.chunkSize, remaining)
+            let size = Swift.min(requestSize, remaining)
             let slot: Slot
             switch direction {
             case .read:
-                if queuedBytes + slots.count * IOChannel.chunkSize >= Self.maxBufferedBytes { return out }
+                if queuedBytes + slots.count * requestSize >= Self.maxBufferedBytes { return out }
                 let buffer = ReadBuffer(capacity: size, pool: size == IOChannel.chunkSize ? BufferPool.shared : nil)
                 slot = Slot(start: issued, size: size, buffer: buffer, piece: .empty)
             case .write:
@@ -505,8 +518,10 @@ final class ChannelOperation: @unchecked Sendable {
         let moveTo: Int64? = isStream && positional && started && ranOnEntry ? fileBase + Int64(transferred) : nil
         lock.unlock()
         if let moveTo, let entry { _ = lseek(entry.fd, off_t(moveTo), SEEK_SET) }
-        if ranOnEntry { entry?.operationFinishedIO(self) }
+        // The last call is queued before the next operation may start, so
+        // that on one serial queue the operations' handlers run in order.
         if schedule { scheduleRunner() }
+        if ranOnEntry { entry?.operationFinishedIO(self) }
     }
 
     // MARK: - handler calls: on `queue`, one at a time, in order

@@ -200,12 +200,14 @@ final class FDEntry: @unchecked Sendable {
 
     /// An operation's I/O is over (its last handler call may still be queued).
     func operationFinishedIO(_ operation: ChannelOperation) {
-        let ready = lock.withLock { () -> [Item] in
+        let (ready, cleanup) = lock.withLock { () -> ([Item], [Cleanup]?) in
             running -= 1
             if operation.isStream { setLane(operation.lane, busy: false) }
-            return pumpLocked()
+            let ready = pumpLocked()
+            return (ready, ready.isEmpty ? finishIfIdleLocked() : nil)
         }
         start(ready)
+        if let cleanup { runCleanups(cleanup) }
     }
 
     /// An operation's last handler call returned (or it never started).

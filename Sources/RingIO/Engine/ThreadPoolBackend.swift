@@ -191,11 +191,23 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
                 offset < 0 ? Glibc.readv(fd, iovecs, Int32(count)) : preadv(fd, iovecs, Int32(count), off_t(offset))
             }
         case .write(let fd, let buffer, let offset):
+            if mayBlock && offset < 0 {
+                return transfer(fd: fd, events: Int16(POLLOUT), mayBlock: true, cancelFD: cancelFD) {
+                    Self.writeWithoutBlocking(fd: fd, buffer.baseAddress, buffer.count)
+                }
+            }
             return transfer(fd: fd, events: Int16(POLLOUT), mayBlock: mayBlock, cancelFD: cancelFD) {
                 offset < 0 ? Glibc.write(fd, buffer.baseAddress, buffer.count)
                     : pwrite(fd, buffer.baseAddress, buffer.count, off_t(offset))
             }
         case .writev(let fd, let iovecs, let count, let offset):
+            if mayBlock && offset < 0 {
+                // One region at a time: a short write is continued by the caller.
+                let first = iovecs[0]
+                return transfer(fd: fd, events: Int16(POLLOUT), mayBlock: true, cancelFD: cancelFD) {
+                    Self.writeWithoutBlocking(fd: fd, first.iov_base, first.iov_len)
+                }
+            }
             return transfer(fd: fd, events: Int16(POLLOUT), mayBlock: mayBlock, cancelFD: cancelFD) {
                 offset < 0 ? Glibc.writev(fd, iovecs, Int32(count)) : pwritev(fd, iovecs, Int32(count), off_t(offset))
             }
@@ -224,6 +236,16 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
         case .cancel:
             return -EINVAL
         }
+    }
+
+    /// A write to a pipe, socket or tty that cannot block once `poll` said
+    /// the fd is writable, so that a cancel is never stuck behind a blocking
+    /// write: a socket gets `send(MSG_DONTWAIT | MSG_NOSIGNAL)`; anything else
+    /// at most `PIPE_BUF` bytes, which a writable pipe always takes whole.
+    static func writeWithoutBlocking(fd: Int32, _ base: UnsafeRawPointer?, _ count: Int) -> Int {
+        let sent = send(fd, base, count, Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL))
+        if sent >= 0 || cliburing_errno() != ENOTSOCK { return sent }
+        return Glibc.write(fd, base, Swift.min(count, Int(PIPE_BUF)))
     }
 
     private func retryingEINTR(_ call: () -> Int) -> Int32 {
