@@ -168,4 +168,106 @@ struct IOChannelSmokeTests {
         #expect(seen.first?.0 == false && seen.first?.1 == 3)
         #expect(seen.last?.0 == true && seen.last?.1 == nil && seen.last?.2 == .canceled)
     }
+
+    /// Reads `length` bytes through `channel` and returns (calls, bytes, final error).
+    static func readAll(_ channel: IOChannel, offset: Int64 = 0, length: Int, queue: IOQueue,
+                        timeout: Duration = .seconds(10)) -> (calls: Int, bytes: [UInt8], error: Errno?, finished: Bool) {
+        let state = Locked<(Int, [UInt8], Errno?)>((0, [], nil))
+        let done = Latch()
+        channel.read(offset: offset, length: length, queue: queue) { finished, data, error in
+            state.withLock { s in
+                s.0 += 1
+                if let data { s.1 += Array(data) }
+                if let error { s.2 = error }
+            }
+            if finished { done.signal() }
+        }
+        let finished = done.wait(timeout: timeout)
+        let (calls, bytes, error) = state.withLock { $0 }
+        return (calls, bytes, error, finished)
+    }
+
+    @Test("/dev/zero: a stream read of 3 MiB and a random read at an offset give zeros", arguments: allBackends)
+    func devZero(backend: IOEngine.Backend) throws {
+        let engine = try makeEngine(backend)
+        let queue = IOQueue(label: "zero")
+        let fd = try FileDescriptor.open("/dev/zero", .readOnly, options: [.closeOnExec])
+        defer { try? fd.close() }
+        let stream = IOChannel(kind: .stream, fileDescriptor: fd, queue: queue, engine: engine)
+        let s = Self.readAll(stream, length: 3 << 20, queue: queue)
+        #expect(s.finished && s.error == nil)
+        #expect(s.bytes.count == 3 << 20 && s.bytes.allSatisfy { $0 == 0 })
+        stream.close()
+        let random = IOChannel(kind: .random, fileDescriptor: fd, queue: queue, engine: engine)
+        let r = Self.readAll(random, offset: 12345, length: 4096, queue: queue)
+        #expect(r.finished && r.error == nil && r.bytes == [UInt8](repeating: 0, count: 4096))
+        random.close()
+    }
+
+    @Test("a named FIFO: a path channel reads what a writer sends, then EOF; random gives ESPIPE", arguments: allBackends)
+    func namedFIFO(backend: IOEngine.Backend) throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let path = dir.file("fifo")
+        #expect(mkfifo(path, 0o600) == 0)
+        let queue = IOQueue(label: "fifo")
+        let randomCleanup = Locked<Errno?>(nil)
+        let randomCleaned = Latch()
+        let random = try IOChannel(kind: .random, path: FilePath(path), mode: .readOnly, queue: queue, engine: engine) { e in
+            randomCleanup.withLock { $0 = e }
+            randomCleaned.signal()
+        }
+        #expect(randomCleaned.wait())
+        #expect(randomCleanup.withLock { $0 } == .illegalSeek)
+        random.close()
+        let reader = try IOChannel(kind: .stream, path: FilePath(path), mode: .readOnly, queue: queue, engine: engine)
+        let result = Locked<(Int, [UInt8], Errno?)>((0, [], nil))
+        let done = Latch()
+        // The open waits for a writer (in the engine, not in the caller).
+        reader.read(length: .max, queue: queue) { finished, data, error in
+            result.withLock { r in
+                r.0 += 1
+                if let data { r.1 += Array(data) }
+                if let error { r.2 = error }
+            }
+            if finished { done.signal() }
+        }
+        let message = Array("through a named pipe".utf8)
+        spawnThread(name: "fifo-writer") {
+            let w = open(path, O_WRONLY | O_CLOEXEC)
+            _ = message.withUnsafeBytes { Glibc.write(w, $0.baseAddress, $0.count) }
+            close(w)
+        }
+        #expect(done.wait())
+        let (_, bytes, error) = result.withLock { $0 }
+        #expect(bytes == message && error == nil)
+        reader.close()
+    }
+
+    @Test("a non-blocking pipe: reads and writes wait for readiness instead of failing with EAGAIN", arguments: allBackends)
+    func nonBlockingPipe(backend: IOEngine.Backend) throws {
+        let engine = try makeEngine(backend)
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        defer { close(fds[0]); close(fds[1]) }
+        let queue = IOQueue(label: "nb")
+        let reader = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: fds[0]), queue: queue, engine: engine)
+        let writer = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: fds[1]), queue: queue, engine: engine)
+        // 1 MiB does not fit in the pipe: the write must wait for the reader.
+        let bytes = Self.randomBytes(1 << 20, seed: 99)
+        let wrote = Latch()
+        let writeError = Locked<Errno?>(nil)
+        writer.write(data: DataChunk(bytes), queue: queue) { done, _, error in
+            if let error { writeError.withLock { $0 = error } }
+            if done { wrote.signal() }
+        }
+        let r = Self.readAll(reader, length: bytes.count, queue: queue)
+        #expect(r.finished && r.error == nil)
+        #expect(r.bytes == bytes)
+        #expect(wrote.wait())
+        #expect(writeError.withLock { $0 } == nil)
+        reader.close()
+        writer.close()
+    }
 }
