@@ -359,20 +359,18 @@ struct ChannelCloseBarrierTests {
         try writeFile(dir.file("new"), new)
         let queue = IOQueue(label: "reuse")
         // A channel on the old file stays open while its fd number is reused.
-        let oldFD = try openFile(dir.file("old"), .readOnly)
-        let number = oldFD.rawValue
-        let oldChannel = IOChannel(kind: .stream, fileDescriptor: oldFD, queue: queue, engine: engine)
+        let reused = try openFile(dir.file("old"), .readOnly)
+        defer { try? reused.close() }
+        let oldChannel = IOChannel(kind: .stream, fileDescriptor: reused, queue: queue, engine: engine)
         let first = Recorder(queue: queue)
         oldChannel.read(length: 10, queue: queue, handler: first.handler)
         #expect(first.wait())
-        try oldFD.close()
+        #expect(first.bytes == Array(old[0..<10]))
+        // dup2 closes the old file and puts the new one at the same number in
+        // one step (closing first would let another test's fd take the number).
         let newFD = try openFile(dir.file("new"), .readOnly)
-        defer { try? newFD.close() }
-        if newFD.rawValue != number {
-            #expect(dup2(newFD.rawValue, number) == number)
-        }
-        let reused = FileDescriptor(rawValue: number)
-        defer { if newFD.rawValue != number { try? reused.close() } }
+        #expect(dup2(newFD.rawValue, reused.rawValue) == reused.rawValue)
+        try newFD.close()
         let cleanup = CleanupRecorder(queue: queue)
         let newChannel = IOChannel(kind: .random, fileDescriptor: reused, queue: queue, engine: engine,
                                    cleanup: cleanup.handler)

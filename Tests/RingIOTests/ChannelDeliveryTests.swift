@@ -157,7 +157,9 @@ struct ChannelDeliveryTests {
         let calls = r.settledShapes()
         #expect(calls.last == Shape(true, nil, nil))
         let intermediate = r.calls.dropLast()
-        #expect(intermediate.count >= 3, "expected a call per 64 KiB written: \(calls)")
+        // 256 KiB are written (in 64 KiB requests) before the last 7 bytes:
+        // at least one progress report; requests completing together may share one.
+        #expect(intermediate.count >= 1, "no progress report before the end: \(calls)")
         var previous = bytes.count
         for call in intermediate {
             #expect(!call.done && call.error == nil)
