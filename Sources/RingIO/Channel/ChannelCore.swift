@@ -165,12 +165,14 @@ final class ChannelCore: @unchecked Sendable {
 
     // MARK: - operations
 
+    @discardableResult
     func submit(direction: ChannelOperation.Direction, offset: Int64, length: Int, data: DataChunk,
-                queue opQueue: IOQueue, endAfterFirstBytes: Bool = false, handler: @escaping IOChannel.Handler) {
+                queue opQueue: IOQueue, options: OperationOptions = .init(),
+                handler: @escaping IOChannel.Handler) -> ChannelOperation {
         lock.lock()
         let operation = ChannelOperation(direction: direction, isStream: kind == .stream, queue: opQueue,
                                          engine: engine, settings: settings, offset: offset, length: length,
-                                         data: data, endAfterFirstBytes: endAfterFirstBytes, channel: self,
+                                         data: data, options: options, channel: self,
                                          handler: handler)
         var immediate: Errno?? = nil  // .some(error or nil): finish without I/O
         var ready: (FDEntry, [FDEntry.Item])?
@@ -197,6 +199,7 @@ final class ChannelCore: @unchecked Sendable {
         if let immediate { operation.finishWithoutIO(immediate) }
         if let (entry, items) = ready { entry.start(items) }
         if open { openPath() }
+        return operation
     }
 
     func barrier(_ work: @escaping @Sendable () -> Void) {

@@ -29,6 +29,23 @@ struct ChannelSettings: Sendable {
     }
 }
 
+/// How an operation hands its results over, beyond the channel's settings.
+struct OperationOptions: Sendable {
+    /// The one-shot read on a pipe or socket: end once some bytes arrived.
+    var endAfterFirstBytes = false
+    /// Call the handler on the thread that completed the request instead of
+    /// on the queue: for the async API, whose handler only resumes a task.
+    /// The handler must be short and must not block.
+    var inline = false
+    /// Bytes handed to the handler count against `bufferLimit` until
+    /// `release(_:)` says the consumer took them (the chunk sequence), not
+    /// until the handler returns.
+    var manualCredit = false
+    /// The most bytes in flight plus delivered and not yet handled (or
+    /// released) before reading pauses.
+    var bufferLimit = ChannelOperation.maxBufferedBytes
+}
+
 /// One read or write of a channel: cuts its range into requests, keeps a
 /// bounded number in flight, puts the results back in file order and hands
 /// them to the handler by the water-mark and interval rules.
@@ -67,8 +84,7 @@ final class ChannelOperation: @unchecked Sendable {
     let userOffset: Int64
     let length: Int
     let data: DataChunk
-    /// The one-shot read on a pipe or socket: end once some bytes arrived.
-    let endAfterFirstBytes: Bool
+    let options: OperationOptions
     weak var channel: ChannelCore?
 
     var entry: FDEntry?
@@ -135,7 +151,7 @@ final class ChannelOperation: @unchecked Sendable {
 
     init(direction: Direction, isStream: Bool, queue: IOQueue, engine: IOEngine,
          settings: ChannelSettings, offset: Int64, length: Int, data: DataChunk,
-         endAfterFirstBytes: Bool = false, channel: ChannelCore?, handler: @escaping IOChannel.Handler) {
+         options: OperationOptions = .init(), channel: ChannelCore?, handler: @escaping IOChannel.Handler) {
         self.channel = channel
         self.direction = direction
         self.isStream = isStream
@@ -145,7 +161,7 @@ final class ChannelOperation: @unchecked Sendable {
         self.userOffset = offset
         self.length = length
         self.data = data
-        self.endAfterFirstBytes = endAfterFirstBytes
+        self.options = options
         self.handler = handler
     }
 
@@ -266,7 +282,7 @@ final class ChannelOperation: @unchecked Sendable {
             let slot: Slot
             switch direction {
             case .read:
-                if queuedBytes + slots.count * requestSize >= Self.maxBufferedBytes { return out }
+                if queuedBytes + slots.count * requestSize >= options.bufferLimit { return out }
                 let buffer = ReadBuffer(capacity: size, pool: size == IOChannel.chunkSize ? BufferPool.shared : nil)
                 slot = Slot(start: issued, size: size, buffer: buffer, piece: .empty)
             case .write:
@@ -419,7 +435,7 @@ final class ChannelOperation: @unchecked Sendable {
         if end == nil {
             if transferred == length {
                 end = .complete
-            } else if endAfterFirstBytes && !positional && transferred > 0 {
+            } else if options.endAfterFirstBytes && !positional && transferred > 0 {
                 end = .complete
             } else if stopped && inFlight == 0 {
                 end = .failed(.canceled)
@@ -536,7 +552,22 @@ final class ChannelOperation: @unchecked Sendable {
     }
 
     private func scheduleRunner() {
-        queue.async { [self] in runDeliveries() }
+        if options.inline {
+            runDeliveries()
+        } else {
+            queue.async { [self] in runDeliveries() }
+        }
+    }
+
+    /// The consumer took `bytes` of what was delivered (`manualCredit`):
+    /// reading may go on.
+    func release(_ bytes: Int) {
+        let requests = lock.withLock { () -> [IORequest] in
+            queuedBytes -= bytes
+            handledBytes += bytes
+            return makeRequestsLocked()
+        }
+        submit(requests)
     }
 
     private func runDeliveries() {
@@ -551,8 +582,10 @@ final class ChannelOperation: @unchecked Sendable {
             lock.unlock()
             handler(delivery.done, delivery.data, delivery.error)
             lock.lock()
-            queuedBytes -= delivery.bytes
-            handledBytes += delivery.bytes
+            if !options.manualCredit {
+                queuedBytes -= delivery.bytes
+                handledBytes += delivery.bytes
+            }
             let requests = delivery.done ? [] : makeRequestsLocked()
             let counted = countedInEntry
             lock.unlock()
@@ -563,7 +596,7 @@ final class ChannelOperation: @unchecked Sendable {
                 return
             }
             budget -= 1
-            if budget == 0 {
+            if budget == 0 && !options.inline {
                 scheduleRunner()  // let other work on the queue run
                 return
             }

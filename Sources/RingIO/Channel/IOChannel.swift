@@ -160,7 +160,7 @@ public enum IO {
         let channel = IOChannel(kind: .stream, fileDescriptor: fd, queue: queue, engine: engine)
         let collected = Locked(DataChunk.empty)
         channel.core.submit(direction: .read, offset: 0, length: Swift.max(length, 0), data: .empty, queue: queue,
-                            endAfterFirstBytes: true) { done, data, error in
+                            options: OperationOptions(endAfterFirstBytes: true)) { done, data, error in
             let all = collected.withLock { acc -> DataChunk in
                 if let data { acc = acc.concat(data) }
                 return acc

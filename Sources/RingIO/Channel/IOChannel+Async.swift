@@ -1,0 +1,322 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CLiburing
+import SystemPackage
+
+/// Ties a task's cancellation to one operation: whichever comes second,
+/// the operation or the cancellation, stops the operation.
+final class OperationCancellation: Sendable {
+    private let state = Locked<(cancelled: Bool, operation: ChannelOperation?)>((false, nil))
+
+    func attach(_ operation: ChannelOperation) {
+        let cancelled = state.withLock { s -> Bool in
+            s.operation = operation
+            return s.cancelled
+        }
+        if cancelled { operation.stop() }
+    }
+
+    func cancel() {
+        let operation = state.withLock { s -> ChannelOperation? in
+            s.cancelled = true
+            return s.operation
+        }
+        operation?.stop()
+    }
+}
+
+extension IOChannel {
+    /// Reads `length` bytes (`Int.max`: to the end of the file) at `offset`
+    /// (random channels; stream channels read at the file position) and
+    /// returns them; fewer at the end of the file.
+    ///
+    /// The task resumes straight from the completion of the last request,
+    /// without a hop through a queue. Cancelling the task cancels the read
+    /// in the kernel (a read blocked on an empty pipe ends at once) and
+    /// throws `Errno.canceled`; the bytes read until then are dropped.
+    ///
+    /// - Throws: the read's error (`EBADF`, `EISDIR`, `ECANCELED` after
+    ///   `close` or cancellation, ...).
+    public func read(offset: Int64 = 0, length: Int) async throws(Errno) -> DataChunk {
+        let core = self.core
+        let cancellation = OperationCancellation()
+        let result = await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<DataChunk, Errno>, Never>) in
+                let collected = Locked(DataChunk.empty)
+                let operation = core.submit(direction: .read, offset: offset, length: Swift.max(length, 0),
+                                            data: .empty, queue: core.queue,
+                                            options: OperationOptions(inline: true)) { done, data, error in
+                    if let data, !data.isEmpty { collected.withLock { $0 = $0.concat(data) } }
+                    guard done else { return }
+                    if let error {
+                        continuation.resume(returning: .failure(error))
+                    } else {
+                        continuation.resume(returning: .success(collected.withLock { $0 }))
+                    }
+                }
+                cancellation.attach(operation)
+            }
+        } onCancel: {
+            cancellation.cancel()
+        }
+        return try result.get()
+    }
+
+    /// Writes `data` at `offset` (random channels; stream channels write at
+    /// the file position) and returns once all of it is written.
+    ///
+    /// Cancelling the task cancels the write in the kernel and throws
+    /// `Errno.canceled`; some bytes may have been written by then.
+    ///
+    /// - Throws: the write's error (`EBADF`, `ENOSPC`, `EPIPE`, ...).
+    public func write(offset: Int64 = 0, data: DataChunk) async throws(Errno) {
+        let core = self.core
+        let cancellation = OperationCancellation()
+        let result = await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<Void, Errno>, Never>) in
+                let operation = core.submit(direction: .write, offset: offset, length: data.count, data: data,
+                                            queue: core.queue,
+                                            options: OperationOptions(inline: true)) { done, _, error in
+                    guard done else { return }
+                    continuation.resume(returning: error.map { .failure($0) } ?? .success(()))
+                }
+                cancellation.attach(operation)
+            }
+        } onCancel: {
+            cancellation.cancel()
+        }
+        try result.get()
+    }
+
+    /// The bytes from `offset` (random channels; stream channels read at the
+    /// file position), `length` of them or to the end of the file, as an
+    /// asynchronous sequence of chunks.
+    ///
+    /// The read starts with the first `next()` and stays at most two chunks
+    /// ahead of the consumer. The channel's water marks shape the chunks
+    /// (by default 1 MiB on files, what each read returns on pipes and
+    /// sockets). Leaving the loop early, or cancelling the task, cancels the
+    /// read in the kernel; cancellation throws `Errno.canceled`.
+    ///
+    /// ```swift
+    /// for try await chunk in source.chunks() {
+    ///     try await target.write(data: chunk)
+    /// }
+    /// ```
+    public func chunks(offset: Int64 = 0, length: Int = .max) -> Chunks {
+        Chunks(channel: self, offset: offset, length: Swift.max(length, 0))
+    }
+
+    /// Runs `work` as a barrier (see `barrier(_:)`) and returns its result.
+    func barrier<T: Sendable>(returning work: @escaping @Sendable () -> T) async -> T {
+        await withUnsafeContinuation { continuation in
+            barrier { continuation.resume(returning: work()) }
+        }
+    }
+
+    /// An asynchronous sequence of the chunks of one read, with backpressure.
+    public struct Chunks: AsyncSequence, Sendable {
+        public typealias Element = DataChunk
+        public typealias Failure = Errno
+
+        let channel: IOChannel
+        let offset: Int64
+        let length: Int
+
+        public func makeAsyncIterator() -> Iterator {
+            Iterator(stream: ChunkStream(channel: channel, offset: offset, length: length))
+        }
+
+        /// The iterator; dropping it before the end cancels the read.
+        public struct Iterator: AsyncIteratorProtocol {
+            public typealias Element = DataChunk
+            public typealias Failure = Errno
+
+            let stream: ChunkStream
+
+            public mutating func next() async throws(Errno) -> DataChunk? {
+                try await stream.next()
+            }
+
+            public mutating func next(isolation actor: isolated (any Actor)?) async throws(Errno) -> DataChunk? {
+                try await stream.next()
+            }
+        }
+    }
+}
+
+/// The state behind a `Chunks` iterator: the read operation, the chunks it
+/// delivered that the consumer has not taken, and the consumer waiting.
+final class ChunkStream: Sendable {
+    private struct State {
+        var operation: ChannelOperation?
+        var buffer = RingBuffer<DataChunk>(initialCapacity: 4)
+        var finished = false
+        var error: Errno?
+        var waiter: UnsafeContinuation<Result<DataChunk?, Errno>, Never>?
+    }
+
+    private let channel: IOChannel
+    private let offset: Int64
+    private let length: Int
+    private let state = Locked(State())
+
+    init(channel: IOChannel, offset: Int64, length: Int) {
+        self.channel = channel
+        self.offset = offset
+        self.length = length
+    }
+
+    deinit {
+        // The loop ended early (or the iterator was dropped): stop reading.
+        state.withLock { $0.operation }?.stop()
+    }
+
+    /// The read operation, started on first use.
+    private func startIfNeeded() {
+        guard state.withLock({ $0.operation == nil && !$0.finished }) else { return }
+        let core = channel.core
+        let options = OperationOptions(inline: true, manualCredit: true, bufferLimit: 2 * IOChannel.chunkSize)
+        let operation = core.submit(direction: .read, offset: offset, length: length, data: .empty,
+                                    queue: core.queue, options: options) { [weak self] done, data, error in
+            self?.delivered(done: done, data: data, error: error)
+        }
+        state.withLock { s in
+            if s.operation == nil { s.operation = operation }
+        }
+    }
+
+    /// The operation's handler (inline, on the completing thread).
+    private func delivered(done: Bool, data: DataChunk?, error: Errno?) {
+        var handOver: (UnsafeContinuation<Result<DataChunk?, Errno>, Never>, Result<DataChunk?, Errno>)?
+        var taken = 0
+        state.withLock { s in
+            if let data, !data.isEmpty {
+                if let waiter = s.waiter {
+                    s.waiter = nil
+                    handOver = (waiter, .success(data))
+                    taken = data.count
+                } else {
+                    s.buffer.append(data)
+                }
+            }
+            if done {
+                s.finished = true
+                s.error = error
+                if let waiter = s.waiter, s.buffer.isEmpty {
+                    s.waiter = nil
+                    handOver = (waiter, error.map { .failure($0) } ?? .success(nil))
+                }
+            }
+        }
+        if taken > 0, let operation = state.withLock({ $0.operation }) { operation.release(taken) }
+        if let (waiter, result) = handOver { waiter.resume(returning: result) }
+    }
+
+    func next() async throws(Errno) -> DataChunk? {
+        startIfNeeded()
+        let result = await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<DataChunk?, Errno>, Never>) in
+                var immediate: Result<DataChunk?, Errno>?
+                var taken = 0
+                let operation = state.withLock { s -> ChannelOperation? in
+                    if let chunk = s.buffer.popFirst() {
+                        immediate = .success(chunk)
+                        taken = chunk.count
+                    } else if s.finished {
+                        immediate = s.error.map { .failure($0) } ?? .success(nil)
+                        s.error = nil  // one throw; then the sequence is over
+                    } else {
+                        s.waiter = continuation
+                    }
+                    return s.operation
+                }
+                if taken > 0 { operation?.release(taken) }
+                if let immediate { continuation.resume(returning: immediate) }
+            }
+        } onCancel: {
+            state.withLock { $0.operation }?.stop()
+        }
+        return try result.get()
+    }
+
+    /// Bytes read but not yet taken by the consumer, in flight included (for tests).
+    var readAheadBytes: Int { state.withLock { $0.operation }?.readAheadBytes ?? 0 }
+}
+
+extension IO {
+    /// The whole file at `path`.
+    ///
+    /// - Throws: `EINVAL` for a relative path, the open error (`ENOENT`,
+    ///   `EACCES`, `EISDIR`, ...) or the read error; `ECANCELED` when the
+    ///   task is cancelled.
+    public static func readFile(at path: FilePath, engine: IOEngine = .shared) async throws(Errno) -> DataChunk {
+        let channel = try IOChannel(kind: .stream, path: path, mode: .readOnly, queue: .global, engine: engine)
+        defer { channel.close() }
+        return try await channel.read(length: .max)
+    }
+
+    /// Writes `data` to the file at `path`, creating or replacing it.
+    ///
+    /// With `atomically` (the default) the bytes go to a new file beside
+    /// `path`, which is flushed (`fsync`) and then renamed over `path`:
+    /// readers see the old contents or the new, never a mix, and a failure
+    /// leaves `path` as it was. Otherwise `path` is truncated and written
+    /// in place.
+    ///
+    /// - Throws: `EINVAL` for a relative path; the open, write, `fsync` or
+    ///   `rename` error.
+    public static func writeFile(_ data: DataChunk, to path: FilePath, atomically: Bool = true,
+                                 permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead],
+                                 engine: IOEngine = .shared) async throws(Errno) {
+        guard path.isAbsolute, let name = path.lastComponent else { throw Errno.invalidArgument }
+        var target = path
+        if atomically {
+            let random = UInt64.random(in: 0 ... .max)
+            target = path.removingLastComponent().appending(".\(name.string).ringio-\(String(random, radix: 36))")
+        }
+        let options: FileDescriptor.OpenOptions = atomically ? [.create, .exclusiveCreate] : [.create, .truncate]
+        let channel = try IOChannel(kind: .stream, path: target, mode: .writeOnly, options: options,
+                                    permissions: permissions, queue: .global, engine: engine)
+        do throws(Errno) {
+            try await channel.write(data: data)
+            if atomically {
+                let synced = await channel.barrier { () -> Int32 in
+                    guard let fd = channel.fileDescriptor?.rawValue else { return EBADF }
+                    return fsync(fd) == 0 ? 0 : cliburing_errno()
+                }
+                if synced != 0 { throw Errno(rawValue: synced) }
+                if rename(target.string, path.string) != 0 { throw Errno(rawValue: cliburing_errno()) }
+            }
+            channel.close()
+        } catch {
+            channel.close()
+            if atomically { _ = unlink(target.string) }
+            throw error
+        }
+    }
+
+    /// Copies the file at `source` to `destination` (created or truncated,
+    /// with the source's permission bits), reading ahead at most two chunks
+    /// while each chunk is written.
+    ///
+    /// - Throws: `EINVAL` for a relative path; the open, read or write error.
+    public static func copyFile(from source: FilePath, to destination: FilePath,
+                                engine: IOEngine = .shared) async throws(Errno) {
+        var info = stat()
+        guard source.isAbsolute, destination.isAbsolute else { throw Errno.invalidArgument }
+        if stat(source.string, &info) != 0 { throw Errno(rawValue: cliburing_errno()) }
+        let permissions = FilePermissions(rawValue: CModeT(info.st_mode & 0o7777))
+        let reader = try IOChannel(kind: .stream, path: source, mode: .readOnly, queue: .global, engine: engine)
+        defer { reader.close() }
+        let writer = try IOChannel(kind: .stream, path: destination, mode: .writeOnly, options: [.create, .truncate],
+                                   permissions: permissions, queue: .global, engine: engine)
+        defer { writer.close() }
+        for try await chunk in reader.chunks() {
+            try await writer.write(data: chunk)
+        }
+    }
+}
