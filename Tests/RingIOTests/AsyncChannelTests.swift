@@ -31,6 +31,8 @@ struct AsyncChannelTests {
                                    options: [.create, .truncate], permissions: [.ownerReadWrite],
                                    queue: queue, engine: engine)
         try await writer.write(offset: 0, data: DataChunk(bytes))
+        try await writer.synchronize()
+        try await writer.synchronize(dataOnly: true)
         let middle = try await writer.read(offset: 1000, length: 5000)
         #expect(Array(middle) == Array(bytes[1000..<6000]))
         let all = try await writer.read(offset: 0, length: .max)
@@ -38,6 +40,7 @@ struct AsyncChannelTests {
         let tail = try await writer.read(offset: Int64(bytes.count - 10), length: 100)
         #expect(Array(tail) == Array(bytes[(bytes.count - 10)...]))
         writer.close()
+        await #expect(throws: Errno.canceled) { try await writer.synchronize() }
         do {
             _ = try await writer.read(length: 1)
             Issue.record("a read after close did not throw")

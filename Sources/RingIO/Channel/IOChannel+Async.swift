@@ -110,6 +110,24 @@ extension IOChannel {
         Chunks(channel: self, offset: offset, length: Swift.max(length, 0))
     }
 
+    /// Waits for every earlier operation of every channel of this file, then
+    /// flushes the file to its device (`fsync`, or `fdatasync` with
+    /// `dataOnly`), as a barrier: no later operation starts until it is done.
+    ///
+    /// - Throws: the `fsync` error (`EIO`, `ENOSPC`, ...); `ECANCELED` when
+    ///   the channel is closed or could not open its file.
+    public func synchronize(dataOnly: Bool = false) async throws(Errno) {
+        let error = await barrier { () -> Errno? in
+            guard let fd = self.fileDescriptor?.rawValue else { return .canceled }
+            while (dataOnly ? fdatasync(fd) : fsync(fd)) != 0 {
+                let e = cliburing_errno()
+                if e != EINTR { return Errno(rawValue: e) }
+            }
+            return nil
+        }
+        if let error { throw error }
+    }
+
     /// Runs `work` as a barrier (see `barrier(_:)`) and returns its result.
     func barrier<T: Sendable>(returning work: @escaping @Sendable () -> T) async -> T {
         await withUnsafeContinuation { continuation in
@@ -284,11 +302,7 @@ extension IO {
         do throws(Errno) {
             try await channel.write(data: data)
             if atomically {
-                let synced = await channel.barrier { () -> Int32 in
-                    guard let fd = channel.fileDescriptor?.rawValue else { return EBADF }
-                    return fsync(fd) == 0 ? 0 : cliburing_errno()
-                }
-                if synced != 0 { throw Errno(rawValue: synced) }
+                try await channel.synchronize()
                 if rename(target.string, path.string) != 0 { throw Errno(rawValue: cliburing_errno()) }
             }
             channel.close()
