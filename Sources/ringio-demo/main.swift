@@ -1,21 +1,17 @@
-// ringio-demo: writes a generated file through the engine, reads it back,
-// checks every byte and prints the throughput of both directions.
+// ringio-demo: writes a generated file with IO.writeFile, copies it with
+// IO.copyFile, reads the copy back through a channel's chunks, checks every
+// byte and prints the throughput of each step.
 //
-//     swift run -c release ringio-demo [--size MiB] [--dir DIRECTORY] [--in-flight N]
-//
-// It uses the engine's raw request interface (SPI); `ringcp` will replace it
-// as the main job once the channels exist.
+//     swift run -c release ringio-demo [--size MiB] [--dir DIRECTORY]
 #if canImport(Glibc)
 import Glibc
 #endif
-import Synchronization
 import SystemPackage
-@_spi(Engine) import RingIO
+import RingIO
 
 struct Options {
     var sizeMiB = 256
     var directory = "/tmp"
-    var inFlight = 32
     let chunk = 1 << 20
 
     init(_ arguments: [String]) throws {
@@ -29,9 +25,8 @@ struct Options {
             switch arguments[i] {
             case "--size": sizeMiB = try Int(value()).filter { $0 > 0 } ?? { throw DemoError("--size takes a positive number of MiB") }()
             case "--dir": directory = try value()
-            case "--in-flight": inFlight = try Int(value()).filter { $0 > 0 } ?? { throw DemoError("--in-flight takes a positive number") }()
             case "-h", "--help":
-                print("usage: ringio-demo [--size MiB (256)] [--dir DIRECTORY (/tmp)] [--in-flight N (32)]")
+                print("usage: ringio-demo [--size MiB (256)] [--dir DIRECTORY (/tmp)]")
                 exit(0)
             default: throw DemoError("unknown argument '\(arguments[i])' (try --help)")
             }
@@ -47,15 +42,6 @@ struct DemoError: Error, CustomStringConvertible {
 
 extension Optional {
     func filter(_ p: (Wrapped) -> Bool) -> Wrapped? { flatMap { p($0) ? $0 : nil } }
-}
-
-/// A page-aligned buffer that lives as long as a request needs it.
-final class Buffer: @unchecked Sendable {
-    // @unchecked: one request at a time writes or reads the bytes; the
-    // completion handoff through the queue orders the accesses.
-    let bytes: UnsafeMutableRawBufferPointer
-    init(count: Int) { bytes = .allocate(byteCount: count, alignment: 4096) }
-    deinit { bytes.deallocate() }
 }
 
 /// Seeded random bytes shared by every chunk (xorshift).
@@ -97,94 +83,72 @@ func now() -> Double {
     return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
 }
 
-/// Runs `count` chunk requests with at most `inFlight` outstanding; `make`
-/// builds the request for a chunk, `check` validates a completed one on `queue`.
-func pump(engine: IOEngine, queue: IOQueue, count: Int, inFlight: Int,
-          make: @escaping @Sendable (Int, @escaping @Sendable (Int32) -> Void) -> IORequest,
-          check: @escaping @Sendable (Int, Int32) -> String?) throws {
-    // @unchecked: touched only from items of the serial `queue` (and before the first one is submitted).
-    final class State: @unchecked Sendable {
-        var next = 0
-        var finished = 0
-        var failure: String?
+/// A generated chunk of `sizeMiB` MiB: one 1 MiB region per chunk, each
+/// filled by `fill`, joined with `concat` (no copy).
+func generate(sizeMiB: Int, chunk: Int) -> DataChunk {
+    var data = DataChunk.empty
+    for index in 0..<sizeMiB * (1 << 20) / chunk {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 4096)
+        fill(buffer, chunk: index)
+        data = data + DataChunk(bytesNoCopy: UnsafeRawBufferPointer(buffer), deallocator: .free)
     }
-    let state = State()
-    let group = IOGroup()
-    group.enter()
-    @Sendable func launch(_ index: Int) {
-        engine.submit(make(index) { res in
-            queue.async {
-                if let problem = check(index, res), state.failure == nil { state.failure = problem }
-                state.finished += 1
-                if state.next < count && state.failure == nil {
-                    let n = state.next
-                    state.next += 1
-                    launch(n)
-                } else if state.finished == state.next {
-                    group.leave()
-                }
-            }
-        })
-    }
-    queue.sync {
-        let first = min(inFlight, count)
-        state.next = first
-        for i in 0..<first { launch(i) }
-    }
-    group.wait()
-    if let failure = queue.sync({ state.failure }) { throw DemoError(failure) }
+    return data
 }
 
-func run() throws {
+func run() async throws {
     let options = try Options(Array(CommandLine.arguments.dropFirst()))
     let engine = IOEngine.shared
-    let queue = IOQueue(label: "demo")
-    let chunks = options.sizeMiB * (1 << 20) / options.chunk
-    let path = options.directory + "/ringio-demo-\(getpid()).bin"
-    let fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-    guard fd >= 0 else { throw DemoError("cannot create '\(path)': \(Errno(rawValue: errno))") }
-    defer { close(fd); unlink(path) }
-
-    print("RingIO demo: \(options.sizeMiB) MiB in \(options.chunk >> 10) KiB requests, \(options.inFlight) in flight, backend: \(engine.backend)")
+    let chunk = options.chunk
+    let source = FilePath(options.directory + "/ringio-demo-\(getpid()).bin")
+    let copy = FilePath(options.directory + "/ringio-demo-\(getpid()).copy")
+    guard source.isAbsolute else { throw DemoError("--dir must be an absolute path") }
+    defer {
+        unlink(source.string)
+        unlink(copy.string)
+    }
+    print("RingIO demo: \(options.sizeMiB) MiB, backend: \(engine.backend)")
     if let reason = engine.fallbackReason { print("  (fallback: \(reason))") }
 
-    // Write.
-    let chunk = options.chunk
+    // 1. Write a generated file: IO.writeFile writes the chunk's regions with
+    //    vectored writes (no flattening copy), fsyncs a temporary file and
+    //    renames it into place.
+    let data = generate(sizeMiB: options.sizeMiB, chunk: chunk)
     let t0 = now()
-    try pump(engine: engine, queue: queue, count: chunks, inFlight: options.inFlight, make: { index, done in
-        let buffer = Buffer(count: chunk)
-        fill(buffer.bytes, chunk: index)
-        return IORequest(.write(fd: fd, buffer: UnsafeRawBufferPointer(buffer.bytes), offset: Int64(index * chunk)), owner: buffer, completion: done)
-    }, check: { index, res in
-        res == Int32(chunk) ? nil : "write of chunk \(index) returned \(res < 0 ? "\(Errno(rawValue: -res))" : "\(res) bytes")"
-    })
-    guard fsync(fd) == 0 else { throw DemoError("fsync: \(Errno(rawValue: errno))") }
+    try await IO.writeFile(data, to: source, engine: engine)
     let t1 = now()
 
-    // Read back and verify.
-    let expected = Buffer(count: chunk)
-    let buffers = Mutex<[Int: Buffer]>([:])
-    try pump(engine: engine, queue: queue, count: chunks, inFlight: options.inFlight, make: { index, done in
-        let buffer = Buffer(count: chunk)
-        buffers.withLock { $0[index] = buffer }
-        return IORequest(.read(fd: fd, buffer: buffer.bytes, offset: Int64(index * chunk)), owner: buffer, completion: done)
-    }, check: { index, res in
-        // Runs on the demo's queue, not on the ring thread.
-        guard res == Int32(chunk) else { return "read of chunk \(index) returned \(res)" }
-        let buffer = buffers.withLock { $0.removeValue(forKey: index)! }
-        fill(expected.bytes, chunk: index)
-        return memcmp(expected.bytes.baseAddress!, buffer.bytes.baseAddress!, chunk) == 0 ? nil : "chunk \(index) read back with different bytes"
-    })
+    // 2. Copy it: a stream read channel's chunks, at most two read ahead,
+    //    each written by a stream write channel.
+    try await IO.copyFile(from: source, to: copy, engine: engine)
     let t2 = now()
 
-    let gib = Double(chunks * chunk) / Double(1 << 30)
-    print("  write + fsync: \(fixed(gib / (t1 - t0), 2)) GiB/s (\(fixed(t1 - t0, 3)) s)")
-    print("  read + verify: \(fixed(gib / (t2 - t1), 2)) GiB/s (\(fixed(t2 - t1, 3)) s, page cache warm)")
-    print("  all \(chunks) chunks verified")
+    // 3. Read the copy back chunk by chunk and check every byte.
+    let reader = try IOChannel(kind: .stream, path: copy, mode: .readOnly, queue: IOQueue(label: "demo"), engine: engine)
+    defer { reader.close() }
+    let expected = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 4096)
+    defer { expected.deallocate() }
+    var index = 0
+    var total = 0
+    for try await piece in reader.chunks() {
+        guard piece.count == chunk else { throw DemoError("chunk \(index) came back with \(piece.count) bytes") }
+        fill(expected, chunk: index)
+        let same = piece.withUnsafeBytes { memcmp($0.baseAddress!, expected.baseAddress!, chunk) == 0 }
+        guard same else { throw DemoError("chunk \(index) of the copy differs from what was written") }
+        index += 1
+        total += piece.count
+    }
+    let t3 = now()
+    guard total == data.count else { throw DemoError("read back \(total) of \(data.count) bytes") }
+
+    let gib = Double(data.count) / Double(1 << 30)
+    print("  write (IO.writeFile, fsync + rename): \(fixed(gib / (t1 - t0), 2)) GiB/s (\(fixed(t1 - t0, 3)) s)")
+    print("  copy (IO.copyFile):                   \(fixed(gib / (t2 - t1), 2)) GiB/s (\(fixed(t2 - t1, 3)) s)")
+    print("  read back + verify (chunks()):        \(fixed(gib / (t3 - t2), 2)) GiB/s (\(fixed(t3 - t2, 3)) s)")
+    print("  all \(index) chunks verified")
 }
 
 do {
-    try run()
+    try await run()
 } catch {
     var line = Array("ringio-demo: \(error)\n".utf8)
     _ = write(2, &line, line.count)
