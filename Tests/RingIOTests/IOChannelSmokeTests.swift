@@ -9,46 +9,12 @@ import Testing
 /// random reads, bounded read-ahead and the buffer pool.
 @Suite("IOChannel end to end")
 struct IOChannelSmokeTests {
-    static func writeFile(_ path: String, _ bytes: [UInt8]) {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        precondition(fd >= 0)
-        var off = 0
-        while off < bytes.count {
-            let n = bytes[off...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-            precondition(n > 0)
-            off += n
-        }
-        close(fd)
-    }
-
-    static func readFile(_ path: String) -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        precondition(fd >= 0)
-        defer { close(fd) }
-        var out: [UInt8] = []
-        var buf = [UInt8](repeating: 0, count: 1 << 16)
-        while true {
-            let n = Glibc.read(fd, &buf, buf.count)
-            if n <= 0 { break }
-            out += buf[0..<n]
-        }
-        return out
-    }
-
-    static func randomBytes(_ n: Int, seed: UInt64) -> [UInt8] {
-        var x = seed | 1
-        return (0..<n).map { _ in
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17
-            return UInt8(truncatingIfNeeded: x)
-        }
-    }
-
     @Test("a stream read channel piped into a write channel copies 2 MiB + 123 bytes exactly", arguments: allBackends)
     func copyPipeline(backend: IOEngine.Backend) throws {
         let engine = try makeEngine(backend)
         let dir = TemporaryDirectory()
-        let bytes = Self.randomBytes(2 << 20 + 123, seed: 7)
-        Self.writeFile(dir.file("src"), bytes)
+        let bytes = randomBytes(2 << 20 + 123, seed: 7)
+        try writeFile(dir.file("src"), bytes)
         let queue = IOQueue(label: "copy")
         let cleaned = Latch(count: 2)
         let reader = try IOChannel(kind: .stream, path: FilePath(dir.file("src")), mode: .readOnly,
@@ -74,15 +40,15 @@ struct IOChannelSmokeTests {
         writer.close()
         #expect(cleaned.wait(timeout: .seconds(10)))
         #expect(failure.withLock { $0 } == nil)
-        #expect(Self.readFile(dir.file("dst")) == bytes)
+        #expect(try readFile(dir.file("dst")) == bytes)
     }
 
     @Test("four concurrent random reads of a file's quarters", arguments: allBackends)
     func quarters(backend: IOEngine.Backend) throws {
         let engine = try makeEngine(backend)
         let dir = TemporaryDirectory()
-        let bytes = Self.randomBytes(4 << 20, seed: 11)
-        Self.writeFile(dir.file("f"), bytes)
+        let bytes = randomBytes(4 << 20, seed: 11)
+        try writeFile(dir.file("f"), bytes)
         let fd = open(dir.file("f"), O_RDONLY | O_CLOEXEC)
         defer { close(fd) }
         let queue = IOQueue(label: "q", kind: .concurrent)
@@ -255,7 +221,7 @@ struct IOChannelSmokeTests {
         let reader = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: fds[0]), queue: queue, engine: engine)
         let writer = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: fds[1]), queue: queue, engine: engine)
         // 1 MiB does not fit in the pipe: the write must wait for the reader.
-        let bytes = Self.randomBytes(1 << 20, seed: 99)
+        let bytes = randomBytes(1 << 20, seed: 99)
         let wrote = Latch()
         let writeError = Locked<Errno?>(nil)
         writer.write(data: DataChunk(bytes), queue: queue) { done, _, error in
