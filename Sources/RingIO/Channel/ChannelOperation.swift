@@ -385,13 +385,7 @@ final class ChannelOperation: @unchecked Sendable {
             slot.error = Errno(rawValue: -res)
             slot.complete = true
         }
-        let schedule = advanceLocked()
-        requests += makeRequestsLocked()
-        let finish = end != nil && inFlight == 0 && !ioDone
-        lock.unlock()
-        if schedule { scheduleRunner() }
-        submit(requests)
-        if finish { finishIO() }
+        settleLocked(then: requests)
     }
 
     private func polled(_ slot: Slot, _ res: Int32) {
@@ -405,7 +399,15 @@ final class ChannelOperation: @unchecked Sendable {
         } else {
             requests.append(makeRequestLocked(slot, fd: entry!.fd))
         }
+        settleLocked(then: requests)
+    }
+
+    /// Called with the lock held after a completion; releases it. Takes the
+    /// results in order, issues what the limits allow besides `requests`,
+    /// schedules the handler, and ends the I/O once nothing is in flight.
+    private func settleLocked(then requests: [IORequest]) {
         let schedule = advanceLocked()
+        let requests = requests + makeRequestsLocked()
         let finish = end != nil && inFlight == 0 && !ioDone
         lock.unlock()
         if schedule { scheduleRunner() }
