@@ -3,6 +3,7 @@
 // never build SwiftNIO or the benchmark harness.
 //
 //   swift run -c release --package-path Benchmarks micro        # queue hop, engine NOP, read round trip
+//   swift run -c release --package-path Benchmarks throughput   # sequential read, copy, random 4 KiB reads, copy memory
 //   cd Benchmarks && swift package benchmark                    # ordo-one micro benchmarks (allocations)
 import PackageDescription
 
@@ -13,6 +14,7 @@ let package = Package(
         .package(name: "RingIO", path: "../"),
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
         .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
         .executableTarget(
@@ -22,6 +24,16 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
             path: "Sources/micro"
+        ),
+        .executableTarget(
+            name: "throughput",
+            dependencies: [
+                .product(name: "RingIO", package: "RingIO"),
+                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "_NIOFileSystem", package: "swift-nio"),
+            ],
+            path: "Sources/throughput"
         ),
         .executableTarget(
             name: "RingIOMicro",

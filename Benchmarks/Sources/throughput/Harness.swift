@@ -1,0 +1,491 @@
+// The runner's plumbing: clocks, waits with time limits, the copy's write
+// window, child processes with their resource usage, and the files.
+#if canImport(Glibc)
+import Glibc
+#endif
+import Dispatch
+import Synchronization
+
+// MARK: - clock and formatting
+
+/// Monotonic nanoseconds.
+func now() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
+
+func seconds(since start: UInt64) -> Double { Double(now() - start) / 1e9 }
+
+let gib = Double(1 << 30)
+
+func fixed(_ value: Double, _ digits: Int) -> String {
+    if !value.isFinite { return "\(value)" }
+    var scale = 1.0
+    for _ in 0..<digits { scale *= 10 }
+    let scaled = Int((abs(value) * scale).rounded())
+    let whole = scaled / Int(scale), frac = scaled % Int(scale)
+    let f = String(frac)
+    let sign = value < 0 ? "-" : ""
+    return digits == 0 ? "\(sign)\(whole)" : "\(sign)\(whole)." + String(repeating: "0", count: digits - f.count) + f
+}
+
+/// 1234567 → "1,234,567".
+func grouped(_ value: Double) -> String {
+    let digits = Array(String(Int(value.rounded())))
+    var out = ""
+    for (i, c) in digits.enumerated() {
+        if i > 0 && (digits.count - i) % 3 == 0 && c != "-" && digits[i - 1] != "-" { out += "," }
+        out.append(c)
+    }
+    return out
+}
+
+func median(_ xs: [Double]) -> Double {
+    let s = xs.sorted()
+    return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
+}
+
+func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s : s + String(repeating: " ", count: n - s.count) }
+func lpad(_ s: String, _ n: Int) -> String { s.count >= n ? s : String(repeating: " ", count: n - s.count) + s }
+
+func progress(_ s: String) {
+    var bytes = Array((s + "\n").utf8)
+    _ = write(2, &bytes, bytes.count)
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+// MARK: - waiting for handlers
+
+/// A one-shot signal from a handler to the thread that waits for it, carrying
+/// an error message if the work failed.
+final class Completion: Sendable {
+    private let semaphore = DispatchSemaphore(value: 0)
+    private let failure = Mutex<String?>(nil)
+
+    func finish(_ error: String? = nil) {
+        failure.withLock { $0 = error }
+        semaphore.signal()
+    }
+
+    /// Waits for `finish`; throws its error, or a timeout naming `what` and
+    /// the `state` at that moment (what the handlers had delivered so far).
+    func wait(_ what: String, timeout: Double, state: () -> String = { "" }) throws {
+        if semaphore.wait(timeout: .now() + timeout) == .timedOut {
+            let extra = state()
+            throw BenchError("\(what): no completion after \(fixed(timeout, 0)) s" + (extra.isEmpty ? "" : " (\(extra))"))
+        }
+        if let error = failure.withLock({ $0 }) { throw BenchError("\(what): \(error)") }
+    }
+}
+
+/// Bytes and calls seen by a handler.
+final class Tally: Sendable {
+    private let counts = Mutex<(bytes: Int, calls: Int, largest: Int)>((0, 0, 0))
+
+    @discardableResult
+    func add(_ bytes: Int) -> (bytes: Int, calls: Int) {
+        counts.withLock {
+            $0.bytes += bytes
+            $0.calls += 1
+            $0.largest = max($0.largest, bytes)
+            return ($0.bytes, $0.calls)
+        }
+    }
+
+    var bytes: Int { counts.withLock { $0.bytes } }
+    var calls: Int { counts.withLock { $0.calls } }
+    var largest: Int { counts.withLock { $0.largest } }
+    var summary: String {
+        let c = counts.withLock { $0 }
+        return "\(c.calls) handler calls, \(c.bytes) bytes, largest delivery \(c.largest) bytes"
+    }
+}
+
+/// The copy's bound on bytes handed to the write channel and not yet written.
+/// The read handler blocks in `acquire` while the window is full; the write
+/// handlers `release` what they finished. One thread waits at a time (the read
+/// handler, then the thread draining the window after EOF).
+final class WriteWindow: Sendable {
+    let limit: Int
+    private struct State {
+        var outstanding = 0
+        var writes = 0
+        var waiting = false
+        var error: String?
+    }
+    private let state = Mutex(State())
+    private let wake = DispatchSemaphore(value: 0)
+
+    init(limit: Int) { self.limit = limit }
+
+    func acquire(_ bytes: Int) {
+        while true {
+            let admitted = state.withLock { s in
+                if s.outstanding == 0 || s.outstanding + bytes <= limit {
+                    s.outstanding += bytes
+                    s.writes += 1
+                    return true
+                }
+                s.waiting = true
+                return false
+            }
+            if admitted { return }
+            wake.wait()
+        }
+    }
+
+    func release(_ bytes: Int, error: String?) {
+        let waiter = state.withLock { s in
+            s.outstanding -= bytes
+            s.writes -= 1
+            if let error, s.error == nil { s.error = error }
+            defer { s.waiting = false }
+            return s.waiting
+        }
+        if waiter { wake.signal() }
+    }
+
+    /// Waits until every acquired write was released; throws the first write error.
+    func drain(_ what: String, timeout: Double) throws {
+        let deadline = DispatchTime.now() + timeout
+        while true {
+            let (empty, error, left): (Bool, String?, String) = state.withLock { s in
+                if s.outstanding > 0 { s.waiting = true }
+                return (s.outstanding == 0, s.error, "\(s.writes) writes, \(s.outstanding) bytes outstanding")
+            }
+            if let error { throw BenchError("\(what): \(error)") }
+            if empty { return }
+            if wake.wait(timeout: deadline) == .timedOut {
+                throw BenchError("\(what): writes did not finish in \(fixed(timeout, 0)) s (\(left))")
+            }
+        }
+    }
+}
+
+private final class ResultBox<T: Sendable>: Sendable {
+    let result = Mutex<Result<T, any Error>?>(nil)
+}
+
+/// Runs async work to completion from synchronous code.
+func blocking<T: Sendable>(_ what: String, timeout: Double, _ body: @escaping @Sendable () async throws -> T) throws -> T {
+    let box = ResultBox<T>()
+    let done = DispatchSemaphore(value: 0)
+    Task.detached {
+        let result: Result<T, any Error>
+        do { result = .success(try await body()) } catch { result = .failure(error) }
+        box.result.withLock { $0 = result }
+        done.signal()
+    }
+    if done.wait(timeout: .now() + timeout) == .timedOut {
+        throw BenchError("\(what): did not finish in \(fixed(timeout, 0)) s")
+    }
+    return try box.result.withLock { $0! }.get()
+}
+
+// MARK: - child processes
+
+struct ChildResult {
+    var status: Int32
+    var output: String
+    var minorFaults: Int
+    var seconds: Double
+}
+
+/// The path of this executable, to re-exec it for a child measurement.
+let selfPath: String = {
+    var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+    let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+    precondition(n > 0, "cannot read /proc/self/exe")
+    return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}()
+
+/// Finds `name` on PATH.
+func which(_ name: String) -> String? {
+    let path = getenv("PATH").map { String(cString: $0) } ?? "/usr/bin:/bin"
+    for dir in path.split(separator: ":") {
+        let candidate = "\(dir)/\(name)"
+        if access(candidate, X_OK) == 0 { return candidate }
+    }
+    return nil
+}
+
+/// Spawns `argv` (argv[0] a path), captures its standard output, and reaps it
+/// with `wait4` for its resource usage. Kills it after `timeout` seconds.
+func spawn(_ argv: [String], timeout: Double) throws -> ChildResult {
+    var pipeFds: [Int32] = [-1, -1]
+    guard pipe(&pipeFds) == 0 else { throw BenchError("pipe: errno \(errno)") }
+    for fd in pipeFds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_adddup2(&actions, pipeFds[1], 1)
+    let cArgs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+    defer { for p in cArgs { free(p) } }
+    var pid: pid_t = 0
+    let start = now()
+    let rc = posix_spawn(&pid, argv[0], &actions, nil, cArgs, environ)
+    close(pipeFds[1])
+    guard rc == 0 else {
+        close(pipeFds[0])
+        throw BenchError("posix_spawn \(argv[0]): errno \(rc)")
+    }
+    var output: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    var timedOut = false
+    let deadline = start + UInt64(timeout * 1e9)
+    while true {
+        let t = now()
+        let left = deadline > t ? Int32(min(Double(deadline - t) / 1e6, 1e9)) : 0
+        var poller = pollfd(fd: pipeFds[0], events: Int16(POLLIN), revents: 0)
+        let ready = poll(&poller, 1, left)
+        if ready == 0 { timedOut = true; break }
+        if ready < 0 { if errno == EINTR { continue }; break }
+        let n = read(pipeFds[0], &buffer, buffer.count)
+        if n < 0 && errno == EINTR { continue }
+        if n <= 0 { break }
+        output += buffer[0..<n]
+    }
+    close(pipeFds[0])
+    if timedOut { kill(pid, SIGKILL) }
+    var status: Int32 = 0
+    var usage = rusage()
+    while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
+    let elapsed = seconds(since: start)
+    if timedOut { throw BenchError("\(argv.joined(separator: " ")): killed after \(fixed(timeout, 0)) s") }
+    return ChildResult(status: status, output: String(decoding: output, as: UTF8.self),
+                       minorFaults: usage.ru_minflt, seconds: elapsed)
+}
+
+extension ChildResult {
+    var exitedCleanly: Bool { status == 0 }
+    var statusDescription: String { describeWaitStatus(status) }
+}
+
+func describeWaitStatus(_ status: Int32) -> String {
+    status & 0x7f == 0 ? "exit status \((status >> 8) & 0xff)" : "killed by signal \(status & 0x7f)"
+}
+
+/// This process's peak resident set (VmHWM), KiB. Unlike rusage's ru_maxrss,
+/// it starts afresh at exec: the kernel's maxrss of a child started with
+/// posix_spawn (vfork) also counts the parent's peak.
+func peakResidentKiB() -> Int {
+    guard let status = fopen("/proc/self/status", "r") else { return -1 }
+    defer { fclose(status) }
+    var line: UnsafeMutablePointer<CChar>? = nil
+    var capacity = 0
+    defer { free(line) }
+    while getline(&line, &capacity, status) > 0 {
+        let text = String(cString: line!)
+        if text.hasPrefix("VmHWM:") {
+            return Int(text.dropFirst(6).split(whereSeparator: { $0 == " " || $0 == "\t" }).first ?? "") ?? -1
+        }
+    }
+    return -1
+}
+
+/// Runs `argv` in a forked child and reaps it with wait4: a child forked
+/// from this small process starts with a small resident set, so its
+/// ru_maxrss is close to its own peak (within what the fork copied).
+func forkExec(_ argv: [String]) throws -> (seconds: Double, status: Int32, usage: rusage) {
+    let cArgs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+    defer { for p in cArgs { free(p) } }
+    let start = now()
+    let pid = fork()
+    if pid == 0 {
+        execv(cArgs[0]!, cArgs)
+        _exit(127)
+    }
+    guard pid > 0 else { throw BenchError("fork: errno \(errno)") }
+    var status: Int32 = 0
+    var usage = rusage()
+    while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
+    return (seconds(since: start), status, usage)
+}
+
+/// "key=value key=value" lines → values.
+func keyValues(_ text: String) -> [String: Double] {
+    var values: [String: Double] = [:]
+    for word in text.split(whereSeparator: { $0 == " " || $0 == "\n" }) {
+        let parts = word.split(separator: "=", maxSplits: 1)
+        if parts.count == 2, let value = Double(parts[1]) { values[String(parts[0])] = value }
+    }
+    return values
+}
+
+// MARK: - files
+
+/// The directory for the benchmark's files, on the real disk.
+struct Workspace {
+    let dir: String
+    let source: String
+    let size: Int
+    let filesystem: String
+
+    func destination(_ name: String) -> String { "\(dir)/copy-\(name).bin" }
+
+    init(parent: String?, size: Int) throws {
+        let base = parent ?? getenv("TMPDIR").map { String(cString: $0) } ?? "/tmp"
+        filesystem = Self.filesystemType(of: base)
+        guard filesystem != "tmpfs" && filesystem != "ramfs" else {
+            throw BenchError("\(base) is on \(filesystem): pass --dir on a real disk")
+        }
+        var fs = statvfs()
+        guard statvfs(base, &fs) == 0 else { throw BenchError("cannot statvfs \(base): errno \(errno)") }
+        let free = Int(fs.f_bavail) * Int(fs.f_bsize)
+        guard free > 3 * size + (1 << 30) else {
+            throw BenchError("\(base) has \(free >> 20) MiB free; the run needs about \((3 * size) >> 20) MiB")
+        }
+        var template = Array("\(base)/ringio-throughput-XXXXXX".utf8CString)
+        guard mkdtemp(&template) != nil else { throw BenchError("mkdtemp in \(base): errno \(errno)") }
+        dir = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        source = dir + "/source.bin"
+        self.size = size
+    }
+
+    /// The type of the file system holding `path`: the longest mount point in /proc/mounts that contains it.
+    static func filesystemType(of path: String) -> String {
+        guard let resolved = realpath(path, nil) else { return "unknown" }
+        let full = String(cString: resolved)
+        free(resolved)
+        guard let mounts = fopen("/proc/mounts", "r") else { return "unknown" }
+        defer { fclose(mounts) }
+        var best = (length: -1, type: "unknown")
+        var line: UnsafeMutablePointer<CChar>? = nil
+        var capacity = 0
+        defer { free(line) }
+        while getline(&line, &capacity, mounts) > 0 {
+            let fields = String(cString: line!).split(separator: " ")
+            guard fields.count >= 3 else { continue }
+            let point = String(fields[1])
+            let contains = full == point || point == "/" || full.hasPrefix(point + "/")
+            if contains && point.count > best.length { best = (point.count, String(fields[2])) }
+        }
+        return best.type
+    }
+
+    func remove() {
+        if let d = opendir(dir) {
+            var names: [String] = []
+            while let entry = readdir(d) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                if name != "." && name != ".." { names.append(name) }
+            }
+            closedir(d)
+            for name in names { unlink("\(dir)/\(name)") }
+        }
+        rmdir(dir)
+    }
+}
+
+let blockSize = 1 << 20
+
+/// Writes `size` bytes of a fixed-seed xorshift stream to `path` (every block differs,
+/// so a misplaced block is caught by the content check), then syncs it.
+func generate(_ path: String, size: Int) throws {
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+    guard fd >= 0 else { throw BenchError("cannot create \(path): errno \(errno)") }
+    defer { close(fd) }
+    let block = UnsafeMutableRawBufferPointer.allocate(byteCount: blockSize, alignment: 4096)
+    defer { block.deallocate() }
+    var x: UInt64 = 0x9E37_79B9_7F4A_7C15
+    var written = 0
+    while written < size {
+        let words = block.bindMemory(to: UInt64.self)
+        for i in words.indices {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17
+            words[i] = x
+        }
+        let n = min(blockSize, size - written)
+        guard write(fd, block.baseAddress, n) == n else { throw BenchError("write \(path): errno \(errno)") }
+        written += n
+    }
+    guard fsync(fd) == 0 else { throw BenchError("fsync \(path): errno \(errno)") }
+}
+
+func openFile(_ path: String, _ flags: Int32, _ mode: mode_t = 0o644) throws -> Int32 {
+    let fd = open(path, flags | O_CLOEXEC, mode)
+    guard fd >= 0 else { throw BenchError("open \(path): errno \(errno)") }
+    return fd
+}
+
+func fileSize(_ path: String) -> Int? {
+    var st = stat()
+    return stat(path, &st) == 0 ? Int(st.st_size) : nil
+}
+
+/// Reads the whole file (to bring it into the page cache); returns its size.
+@discardableResult
+func readThrough(_ path: String) throws -> Int {
+    let fd = try openFile(path, O_RDONLY)
+    defer { close(fd) }
+    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: blockSize, alignment: 4096)
+    defer { buffer.deallocate() }
+    var total = 0
+    while true {
+        let n = read(fd, buffer.baseAddress, blockSize)
+        guard n >= 0 else { throw BenchError("read \(path): errno \(errno)") }
+        if n == 0 { return total }
+        total += n
+    }
+}
+
+/// The fraction of the file's pages in the page cache (mincore).
+func residentFraction(_ path: String) throws -> Double {
+    let fd = try openFile(path, O_RDONLY)
+    defer { close(fd) }
+    guard let size = fileSize(path), size > 0 else { return 1 }
+    guard let map = mmap(nil, size, PROT_READ, MAP_SHARED, fd, 0), map != MAP_FAILED else {
+        throw BenchError("mmap \(path): errno \(errno)")
+    }
+    defer { munmap(map, size) }
+    let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+    var pages = [UInt8](repeating: 0, count: (size + pageSize - 1) / pageSize)
+    guard mincore(map, size, &pages) == 0 else { throw BenchError("mincore \(path): errno \(errno)") }
+    return Double(pages.reduce(0) { $0 + Int($1 & 1) }) / Double(pages.count)
+}
+
+/// Throws unless the two files have the same bytes.
+func requireIdentical(_ a: String, _ b: String) throws {
+    let fa = try openFile(a, O_RDONLY), fb = try openFile(b, O_RDONLY)
+    defer { close(fa); close(fb) }
+    let ba = UnsafeMutableRawBufferPointer.allocate(byteCount: blockSize, alignment: 4096)
+    let bb = UnsafeMutableRawBufferPointer.allocate(byteCount: blockSize, alignment: 4096)
+    defer { ba.deallocate(); bb.deallocate() }
+    var offset = 0
+    while true {
+        let na = read(fa, ba.baseAddress, blockSize)
+        var nb = 0
+        while nb < max(na, 0) {
+            let n = read(fb, bb.baseAddress! + nb, na - nb)
+            if n <= 0 { break }
+            nb += n
+        }
+        guard na >= 0 else { throw BenchError("read \(a): errno \(errno)") }
+        if na == 0 {
+            guard read(fb, bb.baseAddress, 1) == 0 else { throw BenchError("\(b) is longer than \(a) (\(offset) bytes)") }
+            return
+        }
+        guard nb == na else { throw BenchError("\(b) is shorter than \(a): ends at \(offset + nb) bytes") }
+        if memcmp(ba.baseAddress!, bb.baseAddress!, na) != 0 {
+            var i = 0
+            while ba[i] == bb[i] { i += 1 }
+            throw BenchError("\(b) differs from \(a) at byte \(offset + i)")
+        }
+        offset += na
+    }
+}
+
+/// Fixed-seed, 4 KiB-aligned random offsets below `size`.
+func randomOffsets(count: Int, size: Int, seed: UInt64 = 0x1234_5678) -> [Int64] {
+    var x = seed
+    let blocks = UInt64(size / 4096)
+    return (0..<count).map { _ in
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17
+        return Int64(x % blocks) * 4096
+    }
+}
