@@ -35,6 +35,21 @@ enum RingIOCases {
         return Sample(rate: Double(size) / elapsed, note: "\(tally.calls) handler calls, largest delivery \(tally.largest >> 10) KiB")
     }
 
+    /// `IO.copyFile`: a stream read channel's `chunks()` (at most two read
+    /// ahead), each awaited through a stream write channel's async `write`.
+    static func copyAsync(_ source: String, _ destination: String, timeout: Double) throws {
+        let done = Completion()
+        Task {
+            do {
+                try await IO.copyFile(from: FilePath(source), to: FilePath(destination))
+                done.finish()
+            } catch {
+                done.finish("IO.copyFile failed: \(error)")
+            }
+        }
+        try done.wait("RingIO IO.copyFile", timeout: timeout)
+    }
+
     /// A stream read channel whose handler writes each delivered chunk to a
     /// stream write channel, at most `copyWindowBytes` outstanding; then a
     /// barrier on the writer, close, and the cleanup handlers.

@@ -45,6 +45,7 @@ if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "child" {
             let start = now()
             switch job.dropFirst(5) {
             case "ringio": try RingIOCases.copy(source, destination, timeout: timeout)
+            case "ringio-async": try RingIOCases.copyAsync(source, destination, timeout: timeout)
             case "dispatchio": try DispatchIOCases.copy(source, destination, timeout: timeout)
             case "nio-chunks": try NIOCases.copyChunks(source, destination, timeout: timeout)
             case "nio-copyitem": try NIOCases.copyItem(source, destination, timeout: timeout)
@@ -174,6 +175,7 @@ if let fio {
 }
 let copies: [(system: String, label: String)] = [
     ("ringio", "RingIO stream read → stream write"),
+    ("ringio-async", "RingIO IO.copyFile (chunks → await write)"),
     ("dispatchio", "DispatchIO stream read → stream write"),
     ("nio-chunks", "SwiftNIO readChunks → write (1 MiB)"),
     ("nio-copyitem", "SwiftNIO copyItem (sendfile)"),

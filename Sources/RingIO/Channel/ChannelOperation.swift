@@ -67,10 +67,17 @@ struct OperationOptions: Sendable {
 /// the bytes delivered but not yet handled reach `maxBufferedBytes`, so a slow
 /// handler slows reading down.
 // @unchecked: the `let`s are immutable; every `var` is read and written only
-// with `lock` held, except `entry` and `channelBase`, written once by the
-// channel before the operation is enqueued and only read afterwards.
+// with `lock` held, except `entry`, `channelBase` and `lane`, written once by
+// the channel before the operation is enqueued and only read afterwards, and
+// `pipelineBase` and `pipelineResult`, which belong to the entry's lock.
 final class ChannelOperation: @unchecked Sendable {
     enum Direction { case read, write }
+
+    /// A stream write on a regular file (not `O_APPEND`): it may start
+    /// while earlier stream writes of its fd still run.
+    var isPipelinableWrite: Bool {
+        isStream && direction == .write && entry.map { $0.kind.isPositional && !$0.appendMode } ?? false
+    }
 
     static let maxInFlight = 4
     static let maxBufferedBytes = 8 * IOChannel.chunkSize
@@ -90,6 +97,12 @@ final class ChannelOperation: @unchecked Sendable {
     var entry: FDEntry?
     var channelBase: Int64 = 0
     var lane: Int = 0
+    /// A stream write started while earlier writes of its lane still run:
+    /// the offset the entry assigned it (where the earlier ones will end).
+    /// Written by the entry, under its lock, before `start()`.
+    var pipelineBase: Int64?
+    /// How a pipelined write ended: read and written only under the entry's lock.
+    var pipelineResult: (succeeded: Bool, endPosition: Int64)?
 
     private enum End {
         case complete, endOfFile, failed(Errno)
@@ -190,7 +203,7 @@ final class ChannelOperation: @unchecked Sendable {
                 return enqueueLocked(Delivery(done: true, data: rest, error: error, bytes: 0))
             }
         }
-        if schedule { scheduleRunner() }
+        if schedule { runInlineDeliveries() }
     }
 
     /// The entry says it is this operation's turn.
@@ -212,6 +225,8 @@ final class ChannelOperation: @unchecked Sendable {
             if random {
                 let (sum, overflow) = channelBase.addingReportingOverflow(userOffset)
                 if overflow || sum < 0 { end = .failed(.invalidArgument) } else { fileBase = sum }
+            } else if let pipelineBase {
+                fileBase = pipelineBase
             } else if positional {
                 let position = lseek(entry.fd, 0, SEEK_CUR)
                 if position < 0 { end = .failed(Errno(rawValue: cliburing_errno())) } else { fileBase = Int64(position) }
@@ -410,7 +425,7 @@ final class ChannelOperation: @unchecked Sendable {
         let requests = requests + makeRequestsLocked()
         let finish = end != nil && inFlight == 0 && !ioDone
         lock.unlock()
-        if schedule { scheduleRunner() }
+        if schedule { runInlineDeliveries() }
         submit(requests)
         if finish { finishIO() }
     }
@@ -486,7 +501,7 @@ final class ChannelOperation: @unchecked Sendable {
         }
         let schedule = settings.strictInterval ? deliverByWaterMarksLocked(force: true) : deliverByWaterMarksLocked(force: false)
         lock.unlock()
-        if schedule { scheduleRunner() }
+        if schedule { runInlineDeliveries() }
         return true
     }
 
@@ -498,6 +513,38 @@ final class ChannelOperation: @unchecked Sendable {
             return
         }
         ioDone = true
+        let pipelined = pipelineBase != nil && ranOnEntry
+        var succeeded = false
+        if case .complete = end { succeeded = true }
+        let endPosition = fileBase + Int64(transferred)
+        lock.unlock()
+        guard pipelined, let entry else {
+            deliverFinal(override: nil)
+            if isStream && positional && ranOnEntry, let entry {
+                _ = lseek(entry.fd, off_t(endPosition), SEEK_SET)
+            }
+            // The last call is queued before the next operation may start, so
+            // that on one serial queue the operations' handlers run in order.
+            if ranOnEntry { entry?.operationFinishedIO(self) }
+            return
+        }
+        // A pipelined stream write: the entry releases the writes of the run
+        // in submission order, once each one's predecessors have ended.
+        let ready = entry.pipelinedWriteEnded(self, succeeded: succeeded, endPosition: endPosition)
+        for (operation, override) in ready { operation.deliverFinal(override: override) }
+        for (operation, _) in ready { entry.operationFinishedIO(operation) }
+    }
+
+    /// Queues the last handler calls. `override`: an earlier write of the
+    /// same pipelined run failed, so this one reports all its bytes as
+    /// unwritten with that error, whatever landed past the failure point.
+    private func deliverFinal(override: Errno?) {
+        lock.lock()
+        if let override {
+            end = .failed(override)
+            transferred = 0
+        }
+        let end = self.end!
         let high = settings.deliverySize(positional: positional)
         var schedule = false
         switch direction {
@@ -533,32 +580,31 @@ final class ChannelOperation: @unchecked Sendable {
                 schedule = enqueueLocked(Delivery(done: true, data: data.subrange(transferred..<length), error: error, bytes: 0))
             }
         }
-        let moveTo: Int64? = isStream && positional && started && ranOnEntry ? fileBase + Int64(transferred) : nil
         lock.unlock()
-        if let moveTo, let entry { _ = lseek(entry.fd, off_t(moveTo), SEEK_SET) }
-        // The last call is queued before the next operation may start, so
-        // that on one serial queue the operations' handlers run in order.
-        if schedule { scheduleRunner() }
-        if ranOnEntry { entry?.operationFinishedIO(self) }
+        if schedule { runInlineDeliveries() }
     }
 
     // MARK: - handler calls: on `queue`, one at a time, in order
 
     /// With the lock held: adds a delivery; true if the runner must be scheduled.
+    ///
+    /// The runner goes onto the queue here, with the lock held, so that it is
+    /// queued before anything this delivery lets happen (the next operation
+    /// of the fd starting and queuing its own runner). Inline operations run
+    /// it on the caller's thread, after the lock is released.
     private func enqueueLocked(_ delivery: Delivery) -> Bool {
         deliveries.append(delivery)
         queuedBytes += delivery.bytes
         if runnerActive { return false }
         runnerActive = true
-        return true
+        if options.inline { return true }
+        queue.async { [self] in runDeliveries() }
+        return false
     }
 
-    private func scheduleRunner() {
-        if options.inline {
-            runDeliveries()
-        } else {
-            queue.async { [self] in runDeliveries() }
-        }
+    /// Runs the deliveries of an inline operation (see `enqueueLocked`).
+    private func runInlineDeliveries() {
+        runDeliveries()
     }
 
     /// The consumer took `bytes` of what was delivered (`manualCredit`):
@@ -572,8 +618,10 @@ final class ChannelOperation: @unchecked Sendable {
         submit(requests)
     }
 
+    /// Calls the handler for each queued delivery, one at a time, until none
+    /// is left. It does not yield the queue in between: a later operation's
+    /// runner, queued behind it, must not overtake this operation's calls.
     private func runDeliveries() {
-        var budget = 16
         while true {
             lock.lock()
             guard let delivery = deliveries.popFirst() else {
@@ -595,11 +643,6 @@ final class ChannelOperation: @unchecked Sendable {
             if delivery.done {
                 channel?.operationEnded(self)
                 if counted { entry?.operationHandlersReturned() }
-                return
-            }
-            budget -= 1
-            if budget == 0 && !options.inline {
-                scheduleRunner()  // let other work on the queue run
                 return
             }
         }

@@ -103,6 +103,15 @@ final class FDEntry: @unchecked Sendable {
     private var handlersOutstanding = 0
     private var cleanups: [Cleanup] = []
     private var finished = false
+    /// Pipelined stream writes started and not yet released, in order; the
+    /// position after the last of them; whether one of them failed.
+    private var run: [ChannelOperation] = []
+    private var runPosition: Int64 = 0
+    private var runBroken = false
+    private var positionAfterRun: Int64 = 0
+
+    /// How many stream writes of a regular file may run at once.
+    static let maxPipelinedWrites = 4
 
     private init(fd: Int32, kind: FileKind, key: Key?, ownsDescriptor: Bool) {
         self.fd = fd
@@ -202,7 +211,9 @@ final class FDEntry: @unchecked Sendable {
     func operationFinishedIO(_ operation: ChannelOperation) {
         let (ready, cleanup) = lock.withLock { () -> ([Item], [Cleanup]?) in
             running -= 1
-            if operation.isStream { setLane(operation.lane, busy: false) }
+            if operation.isStream && (operation.pipelineBase == nil || run.isEmpty) {
+                setLane(operation.lane, busy: false)
+            }
             let ready = pumpLocked()
             return (ready, ready.isEmpty ? finishIfIdleLocked() : nil)
         }
@@ -227,6 +238,34 @@ final class FDEntry: @unchecked Sendable {
         }
         start(ready)
         if let cleanup { runCleanups(cleanup) }
+    }
+
+    /// A pipelined stream write's I/O ended. Returns the writes of the run
+    /// that may now report, in submission order, each with the error that
+    /// overrides its own (an earlier write of the run failed); sets the file
+    /// position once the run is over: after the last write that succeeded
+    /// in order, or at the end of what the failed one wrote.
+    func pipelinedWriteEnded(_ operation: ChannelOperation, succeeded: Bool,
+                             endPosition: Int64) -> [(ChannelOperation, Errno?)] {
+        let (out, position) = lock.withLock { () -> ([(ChannelOperation, Errno?)], Int64?) in
+            operation.pipelineResult = (succeeded, endPosition)
+            var out: [(ChannelOperation, Errno?)] = []
+            while let head = run.first, let result = head.pipelineResult {
+                run.removeFirst()
+                if runBroken {
+                    out.append((head, .canceled))
+                } else {
+                    out.append((head, nil))
+                    positionAfterRun = result.endPosition
+                    if !result.succeeded { runBroken = true }
+                }
+            }
+            guard run.isEmpty else { return (out, nil) }
+            runBroken = false
+            return (out, positionAfterRun)
+        }
+        if let position { _ = lseek(fd, off_t(position), SEEK_SET) }
+        return out
     }
 
     /// A channel of this entry closed; its cleanup runs once every channel
@@ -267,12 +306,31 @@ final class FDEntry: @unchecked Sendable {
                 if operation.isStream {
                     let lane = operation.lane
                     let isBlocked = lane == 0 ? blocked.0 : blocked.1
+                    if !isBlocked && !run.isEmpty && run.count < Self.maxPipelinedWrites
+                        && operation.isPipelinableWrite {
+                        // Join the running writes: start where they will end.
+                        operation.pipelineBase = runPosition
+                        runPosition += Int64(operation.length)
+                        run.append(operation)
+                        running += 1
+                        ready.append(items.remove(at: i))
+                        continue
+                    }
                     if isBlocked || laneIsBusy(lane) {
                         if lane == 0 { blocked.0 = true } else { blocked.1 = true }
                         i += 1
                         continue
                     }
                     setLane(lane, busy: true)
+                    if operation.isPipelinableWrite {
+                        let position = lseek(fd, 0, SEEK_CUR)
+                        if position >= 0 {
+                            operation.pipelineBase = Int64(position)
+                            runPosition = Int64(position) + Int64(operation.length)
+                            positionAfterRun = Int64(position)
+                            run = [operation]
+                        }
+                    }
                 }
                 running += 1
                 ready.append(items.remove(at: i))
