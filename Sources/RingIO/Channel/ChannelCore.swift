@@ -41,7 +41,7 @@ final class ChannelCore: @unchecked Sendable {
     let cleanup: @Sendable (Errno?) -> Void
     let pathSpec: PathSpec?
 
-    private let lock = ConditionLock()
+    private let lock = PlainLock()
     private var target: Target
     private var settings = ChannelSettings()
     private var closed = false

@@ -141,7 +141,7 @@ final class ChannelOperation: @unchecked Sendable {
         deinit { iovecs?.deallocate() }
     }
 
-    private let lock = ConditionLock()
+    private let lock = PlainLock()
     private var started = false
     private var stopped = false
     private var ioDone = false
@@ -159,7 +159,7 @@ final class ChannelOperation: @unchecked Sendable {
     private var writeDeliveredAt = 0
     private var queuedBytes = 0
     private var handledBytes = 0
-    private var deliveries = RingBuffer<Delivery>(initialCapacity: 8)
+    private var deliveries = RingBuffer<Delivery>(initialCapacity: 2)
     private var runnerActive = false
 
     init(direction: Direction, isStream: Bool, queue: IOQueue, engine: IOEngine,

@@ -94,7 +94,7 @@ final class FDEntry: @unchecked Sendable {
     /// The fd has `O_APPEND`: writes go one at a time at the file position.
     let appendMode: Bool
 
-    private let lock = ConditionLock()
+    private let lock = PlainLock()
     private var items: [Item] = []
     private var running = 0
     private var laneBusy: (Bool, Bool) = (false, false)

@@ -35,3 +35,33 @@ final class Locked<Value>: @unchecked Sendable {
         return try body(&value)
     }
 }
+
+/// A bare pthread mutex, for state that is locked and unlocked around short
+/// sections and never waited on (`ConditionLock` adds a condition variable,
+/// two more allocations and several calls to set one up: too much for an
+/// object made per I/O operation).
+final class PlainLock: @unchecked Sendable {
+    // @unchecked: the only stored state is the mutex, which is itself the
+    // synchronisation; it lives in its own allocation and never moves.
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+
+    init() {
+        mutex = .allocate(capacity: 1)
+        pthread_mutex_init(mutex, nil)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    @inline(__always) func lock() { pthread_mutex_lock(mutex) }
+    @inline(__always) func unlock() { pthread_mutex_unlock(mutex) }
+
+    @inline(__always)
+    func withLock<R>(_ body: () throws -> R) rethrows -> R {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body()
+    }
+}
