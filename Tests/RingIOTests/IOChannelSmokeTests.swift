@@ -237,3 +237,64 @@ struct IOChannelSmokeTests {
         writer.close()
     }
 }
+
+/// Writes that run into a full filesystem: a 1 MiB tmpfs mounted for the test
+/// (skipped where mounting is not allowed).
+@Suite("IOChannel: a full filesystem")
+struct FullFilesystemTests {
+    /// Mounts a 1 MiB tmpfs on a new directory; cancels the test where that is refused.
+    static func smallFilesystem() throws -> (TemporaryDirectory, String) {
+        let dir = TemporaryDirectory()
+        let mountPoint = dir.file("small")
+        mkdir(mountPoint, 0o700)
+        guard mount("tmpfs", mountPoint, "tmpfs", 0, "size=1m") == 0 else {
+            try Test.cancel("cannot mount a tmpfs here (\(Errno(rawValue: errno))), skipping")
+        }
+        return (dir, mountPoint)
+    }
+
+    @Test("pipelined stream writes into a full filesystem: ENOSPC, later writes report all their bytes, no reported byte is lost",
+          arguments: allBackends)
+    func pipelinedWritesHitENOSPC(backend: IOEngine.Backend) throws {
+        let engine = try makeEngine(backend)
+        let (dir, mountPoint) = try Self.smallFilesystem()
+        defer { umount2(mountPoint, Int32(MNT_DETACH)); _ = dir }
+        let fd = try FileDescriptor.open(FilePath(mountPoint + "/f"), .readWrite, options: [.create, .truncate, .closeOnExec],
+                                         permissions: [.ownerReadWrite])
+        defer { try? fd.close() }
+        let queue = IOQueue(label: "enospc")
+        let channel = IOChannel(kind: .stream, fileDescriptor: fd, queue: queue, engine: engine)
+        let pieces = (0..<6).map { randomBytes(384 * 1024, seed: UInt64(70 + $0)) }
+        let results = Locked([(error: Errno?, remaining: Int)?](repeating: nil, count: pieces.count))
+        let done = Latch(count: pieces.count)
+        for (i, piece) in pieces.enumerated() {
+            channel.write(data: DataChunk(piece), queue: queue) { finished, rest, error in
+                guard finished else { return }
+                results.withLock { $0[i] = (error, rest?.count ?? 0) }
+                done.signal()
+            }
+        }
+        #expect(done.wait(timeout: .seconds(20)))
+        let outcome = results.withLock { $0 }.map { $0! }
+        // Some writes succeed, then one fails with ENOSPC; every later one
+        // reports all its bytes unwritten, with ENOSPC or ECANCELED.
+        guard let firstFailure = outcome.firstIndex(where: { $0.error != nil }) else {
+            Issue.record("2.25 MiB fit in a 1 MiB filesystem: \(outcome)")
+            return
+        }
+        #expect(outcome[firstFailure].error == .noSpace)
+        for later in outcome[(firstFailure + 1)...] {
+            #expect(later.error == .canceled || later.error == .noSpace)
+            #expect(later.remaining == 384 * 1024)
+        }
+        // What was reported written is in the file, in order, and the file
+        // position stands right after it.
+        let written = firstFailure * 384 * 1024 + (384 * 1024 - outcome[firstFailure].remaining)
+        let position = positionInBarrier(of: channel, fd)
+        #expect(position == Int64(written))
+        let expected = Array(pieces.joined().prefix(written))
+        let onDisk = Array(try readFile(mountPoint + "/f").prefix(written))
+        #expect(onDisk == expected)
+        channel.close()
+    }
+}
