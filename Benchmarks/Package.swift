@@ -17,9 +17,11 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
+        .target(name: "BenchSupport", path: "Sources/BenchSupport"),
         .executableTarget(
             name: "micro",
             dependencies: [
+                "BenchSupport",
                 .product(name: "RingIO", package: "RingIO"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
@@ -28,6 +30,7 @@ let package = Package(
         .executableTarget(
             name: "throughput",
             dependencies: [
+                "BenchSupport",
                 .product(name: "RingIO", package: "RingIO"),
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -2,6 +2,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import BenchSupport
 import Dispatch
 import RingIO
 

@@ -18,26 +18,10 @@ import Glibc
 #endif
 import Dispatch
 import Synchronization
+import BenchSupport
 @_spi(Engine) import RingIO
 
 // MARK: - harness
-
-func now() -> UInt64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
-}
-
-func fixed(_ value: Double, _ digits: Int) -> String {
-    if !value.isFinite { return "\(value)" }
-    var scale = 1.0
-    for _ in 0..<digits { scale *= 10 }
-    let scaled = Int((abs(value) * scale).rounded())
-    let whole = scaled / Int(scale), frac = scaled % Int(scale)
-    let f = String(frac)
-    let sign = value < 0 ? "-" : ""
-    return digits == 0 ? "\(sign)\(whole)" : "\(sign)\(whole)." + String(repeating: "0", count: digits - f.count) + f
-}
 
 func human(_ rate: Double) -> String {
     if rate >= 1e6 { return fixed(rate / 1e6, 2) + " M/s" }
@@ -45,13 +29,6 @@ func human(_ rate: Double) -> String {
     return fixed(rate, 0) + " /s"
 }
 
-func median(_ xs: [Double]) -> Double {
-    let s = xs.sorted()
-    return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
-}
-
-func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s : s + String(repeating: " ", count: n - s.count) }
-func lpad(_ s: String, _ n: Int) -> String { s.count >= n ? s : String(repeating: " ", count: n - s.count) + s }
 
 var rounds = 5
 var items = 1_000_000

@@ -3,6 +3,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import BenchSupport
 import Dispatch
 import Synchronization
 import NIOCore

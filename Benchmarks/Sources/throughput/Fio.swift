@@ -1,5 +1,6 @@
 // fio with its io_uring engine, buffered, on the same page-cached file: the
 // ceiling of what io_uring gives a C program on this machine.
+import BenchSupport
 import FoundationEssentials
 
 struct Fio {

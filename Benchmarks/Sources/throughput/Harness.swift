@@ -5,30 +5,13 @@ import Glibc
 #endif
 import Dispatch
 import Synchronization
+import BenchSupport
 
 // MARK: - clock and formatting
-
-/// Monotonic nanoseconds.
-func now() -> UInt64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
-}
 
 func seconds(since start: UInt64) -> Double { Double(now() - start) / 1e9 }
 
 let gib = Double(1 << 30)
-
-func fixed(_ value: Double, _ digits: Int) -> String {
-    if !value.isFinite { return "\(value)" }
-    var scale = 1.0
-    for _ in 0..<digits { scale *= 10 }
-    let scaled = Int((abs(value) * scale).rounded())
-    let whole = scaled / Int(scale), frac = scaled % Int(scale)
-    let f = String(frac)
-    let sign = value < 0 ? "-" : ""
-    return digits == 0 ? "\(sign)\(whole)" : "\(sign)\(whole)." + String(repeating: "0", count: digits - f.count) + f
-}
 
 /// 1234567 → "1,234,567".
 func grouped(_ value: Double) -> String {
@@ -41,13 +24,6 @@ func grouped(_ value: Double) -> String {
     return out
 }
 
-func median(_ xs: [Double]) -> Double {
-    let s = xs.sorted()
-    return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
-}
-
-func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s : s + String(repeating: " ", count: n - s.count) }
-func lpad(_ s: String, _ n: Int) -> String { s.count >= n ? s : String(repeating: " ", count: n - s.count) + s }
 
 func progress(_ s: String) {
     var bytes = Array((s + "\n").utf8)

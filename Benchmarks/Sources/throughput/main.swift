@@ -26,6 +26,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import BenchSupport
 
 // MARK: - child process: one copy, timed and measured from the inside
 
