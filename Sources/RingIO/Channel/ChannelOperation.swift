@@ -73,10 +73,15 @@ struct OperationOptions: Sendable {
 final class ChannelOperation: @unchecked Sendable {
     enum Direction { case read, write }
 
-    /// A stream write on a regular file (not `O_APPEND`): it may start
-    /// while earlier stream writes of its fd still run.
+    /// A stream write on a regular file (not `O_APPEND`) that goes out as one
+    /// request and has no interval: it may start while earlier stream writes
+    /// of its fd still run. Such a write makes exactly one handler call, its
+    /// last, and the entry releases those in submission order, so pipelining
+    /// changes no handler sequence.
     var isPipelinableWrite: Bool {
-        isStream && direction == .write && entry.map { $0.kind.isPositional && !$0.appendMode } ?? false
+        isStream && direction == .write && settings.interval == nil
+            && length <= Swift.min(IOChannel.chunkSize, Swift.max(settings.high, 4096))
+            && entry.map { $0.kind.isPositional && !$0.appendMode } ?? false
     }
 
     static let maxInFlight = 4
@@ -221,6 +226,7 @@ final class ChannelOperation: @unchecked Sendable {
             inFlightLimit = positional && entry.kind.isPositional ? Self.maxInFlight : 1
             // Requests of the high-water mark, capped by the chunk size (and
             // at least a page): a write reports its progress per request.
+            // (`isPipelinableWrite` relies on this size.)
             requestSize = Swift.min(IOChannel.chunkSize, Swift.max(settings.high, 4096))
             if random {
                 let (sum, overflow) = channelBase.addingReportingOverflow(userOffset)
@@ -529,16 +535,25 @@ final class ChannelOperation: @unchecked Sendable {
             return
         }
         // A pipelined stream write: the entry releases the writes of the run
-        // in submission order, once each one's predecessors have ended.
+        // in submission order, once each one's predecessors have ended, and
+        // queues their last calls under its lock, so that a later write's
+        // calls cannot be queued before an earlier one's.
         let ready = entry.pipelinedWriteEnded(self, succeeded: succeeded, endPosition: endPosition)
-        for (operation, override) in ready { operation.deliverFinal(override: override) }
+        for (operation, runInline) in ready where runInline { operation.runInlineDeliveries() }
         for (operation, _) in ready { entry.operationFinishedIO(operation) }
     }
 
-    /// Queues the last handler calls. `override`: an earlier write of the
-    /// same pipelined run failed, so this one reports all its bytes as
-    /// unwritten with that error, whatever landed past the failure point.
+    /// Queues the last handler calls and runs them if the operation is inline.
     private func deliverFinal(override: Errno?) {
+        if queueFinalDeliveries(override: override) { runInlineDeliveries() }
+    }
+
+    /// Queues the last handler calls; returns whether the caller must run
+    /// them (inline operations), once it holds no lock. `override`: an
+    /// earlier write of the same pipelined run failed, so this one reports
+    /// all its bytes as unwritten with that error, whatever landed past the
+    /// failure point.
+    func queueFinalDeliveries(override: Errno?) -> Bool {
         lock.lock()
         if let override {
             end = .failed(override)
@@ -581,7 +596,7 @@ final class ChannelOperation: @unchecked Sendable {
             }
         }
         lock.unlock()
-        if schedule { runInlineDeliveries() }
+        return schedule
     }
 
     // MARK: - handler calls: on `queue`, one at a time, in order
@@ -603,7 +618,7 @@ final class ChannelOperation: @unchecked Sendable {
     }
 
     /// Runs the deliveries of an inline operation (see `enqueueLocked`).
-    private func runInlineDeliveries() {
+    func runInlineDeliveries() {
         runDeliveries()
     }
 

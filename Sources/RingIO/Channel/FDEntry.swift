@@ -240,22 +240,27 @@ final class FDEntry: @unchecked Sendable {
         if let cleanup { runCleanups(cleanup) }
     }
 
-    /// A pipelined stream write's I/O ended. Returns the writes of the run
-    /// that may now report, in submission order, each with the error that
-    /// overrides its own (an earlier write of the run failed); sets the file
-    /// position once the run is over: after the last write that succeeded
-    /// in order, or at the end of what the failed one wrote.
+    /// A pipelined stream write's I/O ended. Queues the last handler calls
+    /// of the writes of the run that may now report, in submission order
+    /// (with `.canceled` overriding their own result once an earlier write
+    /// of the run failed), and returns them, each with whether its calls must
+    /// be run inline by the caller. Sets the file position once the run is
+    /// over: after the last write that succeeded in order, or at the end of
+    /// what the failed one wrote.
+    ///
+    /// Lock order: the entry's lock, then each operation's (which never calls
+    /// into the entry with its own lock held).
     func pipelinedWriteEnded(_ operation: ChannelOperation, succeeded: Bool,
-                             endPosition: Int64) -> [(ChannelOperation, Errno?)] {
-        let (out, position) = lock.withLock { () -> ([(ChannelOperation, Errno?)], Int64?) in
+                             endPosition: Int64) -> [(ChannelOperation, Bool)] {
+        let (out, position) = lock.withLock { () -> ([(ChannelOperation, Bool)], Int64?) in
             operation.pipelineResult = (succeeded, endPosition)
-            var out: [(ChannelOperation, Errno?)] = []
+            var out: [(ChannelOperation, Bool)] = []
             while let head = run.first, let result = head.pipelineResult {
                 run.removeFirst()
                 if runBroken {
-                    out.append((head, .canceled))
+                    out.append((head, head.queueFinalDeliveries(override: .canceled)))
                 } else {
-                    out.append((head, nil))
+                    out.append((head, head.queueFinalDeliveries(override: nil)))
                     positionAfterRun = result.endPosition
                     if !result.succeeded { runBroken = true }
                 }
