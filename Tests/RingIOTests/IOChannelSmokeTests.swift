@@ -71,6 +71,34 @@ struct IOChannelSmokeTests {
         channel.close()
     }
 
+    @Test("2,000 random reads at once through an engine of 8 ring entries, 200 channels on one file", arguments: allBackends)
+    func moreOperationsThanRingEntries(backend: IOEngine.Backend) throws {
+        let engine = try makeEngine(backend, ringEntries: 8)
+        let dir = TemporaryDirectory()
+        let bytes = randomBytes(1 << 20, seed: 21)
+        try writeFile(dir.file("f"), bytes)
+        let fd = try FileDescriptor.open(FilePath(dir.file("f")), .readOnly, options: [.closeOnExec])
+        defer { try? fd.close() }
+        let queue = IOQueue(label: "many", kind: .concurrent)
+        let channels = (0..<200).map { _ in IOChannel(kind: .random, fileDescriptor: fd, queue: queue, engine: engine) }
+        let wrong = Locked(0)
+        let done = Latch(count: 2000)
+        for i in 0..<2000 {
+            let offset = (i &* 7919) % (bytes.count - 512)
+            channels[i % channels.count].read(offset: Int64(offset), length: 512, queue: queue) { finished, data, error in
+                if finished {
+                    if error != nil || data.map(Array.init) != Array(bytes[offset..<(offset + 512)]) {
+                        wrong.withLock { $0 += 1 }
+                    }
+                    done.signal()
+                }
+            }
+        }
+        #expect(done.wait(timeout: .seconds(30)))
+        #expect(wrong.withLock { $0 } == 0)
+        for channel in channels { channel.close() }
+    }
+
     @Test("a slow handler bounds read-ahead", arguments: allBackends)
     func boundedReadAhead(backend: IOEngine.Backend) throws {
         let engine = try makeEngine(backend)
