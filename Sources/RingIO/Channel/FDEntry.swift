@@ -67,9 +67,12 @@ func describe(fd: Int32) -> Result<(FileKind, FileIdentity), Errno> {
 /// Channels made from an fd share the entry found under (fd, st_dev, st_ino):
 /// a closed and reused fd number is a different file and gets a new entry.
 /// A path channel has an entry of its own, which owns (and closes) its fd.
-// @unchecked: immutable fields after init; `state` is guarded by `lock`.
-// Lock order: a channel's lock may be held while taking the entry's; the
-// entry never calls out (to operations, queues or channels) with its lock held.
+// @unchecked: immutable fields after init; every `var` is guarded by `lock`.
+// Lock order: channel, then entry, then operation, then queue. The entry
+// calls into an operation with its lock held only to queue that operation's
+// last handler calls (`pipelinedWriteEnded`); it never runs a handler, a
+// barrier or a cleanup with its lock held, and an operation never calls the
+// entry with its own lock held.
 final class FDEntry: @unchecked Sendable {
     struct Key: Hashable {
         let fd: Int32

@@ -11,8 +11,7 @@ final class IntervalTimers: Sendable {
         let tick: @Sendable () -> Bool
     }
 
-    // @unchecked-free: `timers` and `started` are read and written only
-    // with `lock` held.
+    // `timers` and `started` are read and written only with `lock` held.
     private let lock = ConditionLock()
     private nonisolated(unsafe) var timers: [Timer] = []
     private nonisolated(unsafe) var started = false
