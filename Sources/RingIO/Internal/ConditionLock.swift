@@ -11,32 +11,28 @@ import Musl
 /// primitive NIO calls `ConditionLock`. The pthread objects live in manually
 /// allocated memory so that their addresses never move.
 final class ConditionLock: @unchecked Sendable {
-    // @unchecked: the only stored state is the pthread mutex and condition,
-    // which are themselves the synchronisation; they are never moved or copied.
-    fileprivate let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    // @unchecked: the only stored state is the mutex (in `plain`) and the
+    // condition, which are themselves the synchronisation; neither moves.
+    private let plain = PlainLock()
     private let cond: UnsafeMutablePointer<pthread_cond_t>
 
+    fileprivate var mutex: UnsafeMutablePointer<pthread_mutex_t> { plain.mutex }
+
     init() {
-        mutex = .allocate(capacity: 1)
-        pthread_mutex_init(mutex, nil)
         cond = makeMonotonicCondition()
     }
 
     deinit {
         pthread_cond_destroy(cond)
-        pthread_mutex_destroy(mutex)
         cond.deallocate()
-        mutex.deallocate()
     }
 
-    @inline(__always) func lock() { pthread_mutex_lock(mutex) }
-    @inline(__always) func unlock() { pthread_mutex_unlock(mutex) }
+    @inline(__always) func lock() { plain.lock() }
+    @inline(__always) func unlock() { plain.unlock() }
 
     @inline(__always)
     func withLock<R>(_ body: () throws -> R) rethrows -> R {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body()
+        try plain.withLock(body)
     }
 
     /// Waits on the condition; the lock must be held.

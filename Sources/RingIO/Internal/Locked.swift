@@ -37,13 +37,13 @@ final class Locked<Value>: @unchecked Sendable {
 }
 
 /// A bare pthread mutex, for state that is locked and unlocked around short
-/// sections and never waited on (`ConditionLock` adds a condition variable,
-/// two more allocations and several calls to set one up: too much for an
-/// object made per I/O operation).
+/// sections and never waited on. `ConditionLock` adds a condition variable
+/// to one (two more allocations and several calls to set it up: too much for
+/// an object made per I/O operation).
 final class PlainLock: @unchecked Sendable {
     // @unchecked: the only stored state is the mutex, which is itself the
     // synchronisation; it lives in its own allocation and never moves.
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    let mutex: UnsafeMutablePointer<pthread_mutex_t>
 
     init() {
         mutex = .allocate(capacity: 1)
