@@ -58,65 +58,40 @@ final class BufferPool: Sendable {
 }
 
 /// A read buffer: a pooled buffer, or an exactly sized allocation for a small
-/// request. Owned by one request at a time until it becomes a chunk's storage.
+/// request. It is itself the storage of the chunk its bytes become (no second
+/// object per read), and gives its bytes back, to the pool or to `free`, when
+/// the last region referring to it is gone.
 // @unchecked: the bytes are written only by the one request in flight on
-// them; they are read (turned into a chunk) only after that request's
-// completion, which the operation observes under its lock.
-final class ReadBuffer: @unchecked Sendable {
-    let pointer: UnsafeMutableRawPointer
-    let capacity: Int
+// them, before any chunk refers to them; a chunk is made only after that
+// request's completion, which the operation observes under its lock. After
+// that the bytes are never written again.
+final class ReadBuffer: DataChunk.Storage, @unchecked Sendable {
     let pool: BufferPool?
-    /// Set once the bytes have been handed to a chunk's storage.
-    private var handedOver = false
 
     init(capacity: Int, pool: BufferPool?) {
-        self.capacity = capacity
-        if let pool, capacity == pool.bufferSize {
-            self.pool = pool
-            self.pointer = pool.take()
-        } else {
-            self.pool = nil
-            self.pointer = malloc(Swift.max(capacity, 1))!
-        }
+        let usePool = pool.map { capacity == $0.bufferSize } ?? false
+        self.pool = usePool ? pool : nil
+        let pointer = usePool ? pool!.take() : malloc(Swift.max(capacity, 1))!
+        super.init(bytes: UnsafeRawBufferPointer(start: pointer, count: capacity), deallocator: .none)
     }
 
     deinit {
-        guard !handedOver else { return }
+        let pointer = UnsafeMutableRawPointer(mutating: bytes.baseAddress!)
         if let pool { pool.give(pointer) } else { free(pointer) }
     }
 
-    /// A chunk of the first `count` bytes. Pooled buffers that are mostly
-    /// empty are copied out and returned at once; otherwise the buffer itself
-    /// becomes the chunk's storage (no copy). Call once, after the last
-    /// request on this buffer completed.
+    /// Where a request writes.
+    var pointer: UnsafeMutableRawPointer { UnsafeMutableRawPointer(mutating: bytes.baseAddress!) }
+
+    /// A chunk of the first `count` bytes, once the last request on them
+    /// completed. A pooled buffer that is mostly empty is copied out, so that
+    /// it goes back to the pool as soon as the request's slot lets go of it;
+    /// otherwise the chunk refers to this buffer (no copy).
     func chunk(count: Int) -> DataChunk {
         guard count > 0 else { return .empty }
         if let pool, count < pool.bufferSize / 8 {
-            return DataChunk(copying: UnsafeRawBufferPointer(start: pointer, count: count))
+            return DataChunk(copying: UnsafeRawBufferPointer(start: bytes.baseAddress, count: count))
         }
-        handedOver = true
-        let storage: DataChunk.Storage
-        if let pool {
-            storage = PooledStorage(bytes: UnsafeRawBufferPointer(start: pointer, count: capacity), pool: pool)
-        } else {
-            storage = DataChunk.Storage(bytes: UnsafeRawBufferPointer(start: pointer, count: capacity), deallocator: .free)
-        }
-        return DataChunk(storage: storage, range: 0..<count)
-    }
-}
-
-/// A chunk storage that returns its buffer to a pool instead of freeing it.
-final class PooledStorage: DataChunk.Storage, @unchecked Sendable {
-    // @unchecked: `pool` is immutable; the bytes are never written after the
-    // read that filled them completed.
-    let pool: BufferPool
-
-    init(bytes: UnsafeRawBufferPointer, pool: BufferPool) {
-        self.pool = pool
-        super.init(bytes: bytes, deallocator: .none)
-    }
-
-    deinit {
-        pool.give(UnsafeMutableRawPointer(mutating: bytes.baseAddress!))
+        return DataChunk(storage: self, range: 0..<count)
     }
 }
