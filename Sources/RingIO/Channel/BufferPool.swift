@@ -52,9 +52,6 @@ final class BufferPool: Sendable {
         }
         if !keep { free(p) }
     }
-
-    /// The number of idle buffers (for tests).
-    var idleCount: Int { idle.withLock { $0.count } }
 }
 
 /// A read buffer: a pooled buffer, or an exactly sized allocation for a small

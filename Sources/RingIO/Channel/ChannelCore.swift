@@ -88,16 +88,22 @@ final class ChannelCore: @unchecked Sendable {
         case .failure(let error):
             return .failed(error)
         case .success(let (fileKind, identity)):
-            if fileKind == .directory { return .failed(.isDirectory) }
-            var base: Int64 = 0
-            if kind == .random {
-                if fileKind == .fifo || fileKind == .socket { return .failed(.illegalSeek) }
-                let position = lseek(fd, 0, SEEK_CUR)
-                if position < 0 { return .failed(Errno(rawValue: cliburing_errno())) }
-                base = Int64(position)
+            if let error = fileKind.unusable(for: kind) { return .failed(error) }
+            switch randomBase(fd: fd, kind: kind) {
+            case .failure(let error):
+                return .failed(error)
+            case .success(let base):
+                return .entry(FDEntry.attach(fd: fd, kind: fileKind, identity: identity), base: base)
             }
-            return .entry(FDEntry.attach(fd: fd, kind: fileKind, identity: identity), base: base)
         }
+    }
+
+    /// Where a random channel's offsets count from: the file position now
+    /// (0 for a stream channel, which does not use it).
+    private static func randomBase(fd: Int32, kind: IOChannel.Kind) -> Result<Int64, Errno> {
+        guard kind == .random else { return .success(0) }
+        let position = lseek(fd, 0, SEEK_CUR)
+        return position < 0 ? .failure(Errno(rawValue: cliburing_errno())) : .success(Int64(position))
     }
 
     /// What a channel made from this one starts from (`IOChannel(kind:channel:)`).
@@ -111,21 +117,14 @@ final class ChannelCore: @unchecked Sendable {
                 return (nil, pathSpec)
             case .entry(let entry, _):
                 if let pathSpec { return (nil, pathSpec) }
-                guard entry.attachChannel() else { return (.failed(.canceled), nil) }
-                var base: Int64 = 0
-                if newKind == .random {
-                    if entry.kind == .fifo || entry.kind == .socket {
-                        entry.channelClosed(cleanup: .init(queue: queue, handler: { _ in }))
-                        return (.failed(.illegalSeek), nil)
-                    }
-                    let position = lseek(entry.fd, 0, SEEK_CUR)
-                    if position < 0 {
-                        entry.channelClosed(cleanup: .init(queue: queue, handler: { _ in }))
-                        return (.failed(Errno(rawValue: cliburing_errno())), nil)
-                    }
-                    base = Int64(position)
+                if let error = entry.kind.unusable(for: newKind) { return (.failed(error), nil) }
+                switch Self.randomBase(fd: entry.fd, kind: newKind) {
+                case .failure(let error):
+                    return (.failed(error), nil)
+                case .success(let base):
+                    guard entry.attachChannel() else { return (.failed(.canceled), nil) }
+                    return (.entry(entry, base: base), nil)
                 }
-                return (.entry(entry, base: base), nil)
             }
         }
     }
@@ -290,9 +289,8 @@ final class ChannelCore: @unchecked Sendable {
         let follow = !spec.options.contains(.noFollow)
         Probe.statx(engine: engine, path: spec.path.string, follow: follow) { [self] result in
             switch result {
-            case .success(let kind):
-                if kind == .directory { return pathFailed(.isDirectory) }
-                if self.kind == .random && (kind == .fifo || kind == .socket) { return pathFailed(.illegalSeek) }
+            case .success(let fileKind):
+                if let error = fileKind.unusable(for: kind) { return pathFailed(error) }
                 pathChecked()
             case .failure(.noSuchFileOrDirectory) where spec.options.contains(.create):
                 Probe.statx(engine: engine, path: spec.path.removingLastComponent().string, follow: true) { [self] parent in
@@ -329,13 +327,10 @@ final class ChannelCore: @unchecked Sendable {
                     _ = Glibc.close(fd)
                     pathFailed(error)
                 case .success(let (fileKind, _)):
-                    if fileKind == .directory {
+                    // The file may have changed since the check.
+                    if let error = fileKind.unusable(for: kind) {
                         _ = Glibc.close(fd)
-                        return pathFailed(.isDirectory)
-                    }
-                    if kind == .random && (fileKind == .fifo || fileKind == .socket) {
-                        _ = Glibc.close(fd)
-                        return pathFailed(.illegalSeek)
+                        return pathFailed(error)
                     }
                     pathOpened(FDEntry.owning(fd: fd, kind: fileKind))
                 }

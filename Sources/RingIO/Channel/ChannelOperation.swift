@@ -150,7 +150,6 @@ final class ChannelOperation: @unchecked Sendable {
     private var started = false
     private var stopped = false
     private var ioDone = false
-    private var countedInEntry = false
     private var positional = false
     private var inFlightLimit = 1
     private var requestSize = IOChannel.chunkSize
@@ -190,7 +189,6 @@ final class ChannelOperation: @unchecked Sendable {
         self.entry = entry
         self.channelBase = base
         self.lane = entry.lane(isRead: direction == .read)
-        lock.withLock { countedInEntry = true }
         return entry.enqueue(self)
     }
 
@@ -652,12 +650,12 @@ final class ChannelOperation: @unchecked Sendable {
                 handledBytes += delivery.bytes
             }
             let requests = delivery.done ? [] : makeRequestsLocked()
-            let counted = countedInEntry
             lock.unlock()
             submit(requests)
             if delivery.done {
                 channel?.operationEnded(self)
-                if counted { entry?.operationHandlersReturned() }
+                // Only an operation that reached an entry is counted there.
+                entry?.operationHandlersReturned()
                 return
             }
         }

@@ -28,6 +28,15 @@ enum FileKind: Sendable, Equatable {
     /// Reads and writes may wait indefinitely (a pipe, a socket, a tty).
     var mayBlock: Bool { self == .fifo || self == .socket || self == .character || self == .other }
 
+    /// Why a channel of `channelKind` cannot use such a file: a directory
+    /// (`EISDIR`, any kind), or a pipe or socket for a random channel
+    /// (`ESPIPE`); `nil` when it can.
+    func unusable(for channelKind: IOChannel.Kind) -> Errno? {
+        if self == .directory { return .isDirectory }
+        if channelKind == .random && (self == .fifo || self == .socket) { return .illegalSeek }
+        return nil
+    }
+
     /// Reads and writes are independent directions (a pending read does not
     /// hold back a write).
     var hasIndependentDirections: Bool { !isPositional }
