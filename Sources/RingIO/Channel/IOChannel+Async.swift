@@ -299,15 +299,14 @@ extension IO {
         let options: FileDescriptor.OpenOptions = atomically ? [.create, .exclusiveCreate] : [.create, .truncate]
         let channel = try IOChannel(kind: .stream, path: target, mode: .writeOnly, options: options,
                                     permissions: permissions, queue: .global, engine: engine)
+        defer { channel.close() }
         do throws(Errno) {
             try await channel.write(data: data)
             if atomically {
                 try await channel.synchronize()
                 if rename(target.string, path.string) != 0 { throw Errno(rawValue: cliburing_errno()) }
             }
-            channel.close()
         } catch {
-            channel.close()
             if atomically { _ = unlink(target.string) }
             throw error
         }
