@@ -63,6 +63,11 @@ static inline int cliburing_statx(int dirfd, const char *path, int flags, unsign
     return (int)syscall(SYS_statx, dirfd, path, flags, mask, buf);
 }
 
+/// renameat2 through the raw system call (glibc declares it only under _GNU_SOURCE).
+static inline int cliburing_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned flags) {
+    return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
 static inline int cliburing_errno(void) { return errno; }
 
 /// Names the calling thread (what ps, top and gdb show); at most 15 bytes are kept.

@@ -173,6 +173,37 @@ public final class IOEngine: Sendable {
         core.submit(contentsOf: requests)
     }
 
+    /// The most requests one linked chain may hold.
+    @_spi(Engine)
+    public static let maximumChainLength = 16
+
+    /// Hands `requests` to the backend as one linked chain (`IOSQE_IO_LINK`):
+    /// each starts only after the one before it succeeded in full, and when
+    /// one fails, or a read or write moves fewer bytes than it asked for,
+    /// every later one completes with `-ECANCELED` without running. The
+    /// thread-pool backend runs a chain in order on one worker, with the
+    /// same rules.
+    ///
+    /// Cancelling a request of a chain that has not reached the kernel yet
+    /// cancels the whole chain.
+    ///
+    /// - Precondition: `1...maximumChainLength` requests, none submitted before.
+    @_spi(Engine)
+    public func submit(linked requests: [IORequest]) {
+        precondition((1...Self.maximumChainLength).contains(requests.count),
+                     "a linked chain holds 1...\(Self.maximumChainLength) requests")
+        if requests.count > 1 {
+            let head = requests[0]
+            head.chainLength = requests.count
+            for (i, r) in requests.enumerated() {
+                precondition(!r.isCancel, "a cancel cannot be part of a linked chain")
+                r.chainHead = head
+                r.linkNext = i < requests.count - 1
+            }
+        }
+        core.submit(contentsOf: requests)
+    }
+
     /// Asks the backend to cancel `request`. It completes with `-ECANCELED`
     /// if the cancel reached it in time, else with its own result; either
     /// way exactly once, and its owner lives until then.

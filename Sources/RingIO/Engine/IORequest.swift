@@ -50,6 +50,11 @@ public final class IORequest: @unchecked Sendable {
         /// Waits until `fd` is ready for `events` (`POLLIN`, `POLLOUT`);
         /// completes with the ready events. `IORING_OP_POLL_ADD`.
         case poll(fd: Int32, events: UInt32)
+        /// `IORING_OP_RENAMEAT` (`renameat2` with `flags`, e.g. `RENAME_NOREPLACE`).
+        case renameat(oldDirectory: Int32, oldPath: UnsafePointer<CChar>,
+                      newDirectory: Int32, newPath: UnsafePointer<CChar>, flags: UInt32)
+        /// `IORING_OP_UNLINKAT` (`AT_REMOVEDIR` in `flags` removes a directory).
+        case unlinkat(directory: Int32, path: UnsafePointer<CChar>, flags: Int32)
         /// Cancels `target`: `IORING_OP_ASYNC_CANCEL` on the ring, or an
         /// interrupted wait in the pool. Made by `IOEngine.cancel(_:)`.
         case cancel(target: IORequest)
@@ -68,6 +73,13 @@ public final class IORequest: @unchecked Sendable {
     public let mayBlock: Bool
 
     var engineState: EngineState = .new
+    /// Set by `IOEngine.submit(linked:)`: the next request runs only if this
+    /// one succeeds in full (`IOSQE_IO_LINK`).
+    var linkNext = false
+    /// On the first request of a linked chain: the number of requests in it.
+    var chainLength = 1
+    /// The chain's first request, on every request of a chain (nil otherwise).
+    weak var chainHead: IORequest?
     /// Thread-pool backend: the worker running the request, while it runs.
     var worker: AnyObject?
 
@@ -82,6 +94,27 @@ public final class IORequest: @unchecked Sendable {
     var isPoll: Bool {
         if case .poll = operation { return true }
         return false
+    }
+
+    /// The bytes a read or write asks for: a linked chain breaks when fewer move,
+    /// as io_uring breaks it on a short read or write.
+    var requestedLength: Int? {
+        switch operation {
+        case .read(_, let buffer, _): return buffer.count
+        case .write(_, let buffer, _): return buffer.count
+        case .readv(_, let iovecs, let count, _), .writev(_, let iovecs, let count, _):
+            var total = 0
+            for i in 0..<count { total += iovecs[i].iov_len }
+            return total
+        default: return nil
+        }
+    }
+
+    /// Whether `res` lets the next request of a linked chain run.
+    func linkSucceeds(_ res: Int32) -> Bool {
+        if res < 0 { return false }
+        if let length = requestedLength { return Int(res) >= length }
+        return true
     }
 
     var isCancel: Bool {

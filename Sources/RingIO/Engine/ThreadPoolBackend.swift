@@ -81,9 +81,12 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
             request.engineState = .done
             switch target.engineState {
             case .queued:
-                _ = queue.removeAll { $0 === target }
-                target.engineState = .done
-                completeNow.append((target, -ECANCELED))
+                // With its whole chain, if it is part of one.
+                let head = target.chainHead
+                for r in queue.removeAll(where: { $0 === target || (head != nil && $0.chainHead === head) }) {
+                    r.engineState = .done
+                    completeNow.append((r, -ECANCELED))
+                }
                 completeNow.append((request, 0))
             case .inFlight:
                 if target.mayBlock || target.isPoll, let worker = target.worker as? Worker, !worker.cancelSignalled {
@@ -125,22 +128,39 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
     private func workerLoop(_ worker: Worker) {
         lock.lock()
         while true {
-            if let request = queue.popFirst() {
-                request.engineState = .inFlight
-                request.worker = worker
-                lock.unlock()
-                let res = perform(request.operation, mayBlock: request.mayBlock, cancelFD: worker.cancelFD)
-                lock.lock()
-                request.engineState = .done
-                request.worker = nil
-                if worker.cancelSignalled {
-                    var value: UInt64 = 0
-                    _ = read(worker.cancelFD, &value, 8)
-                    worker.cancelSignalled = false
+            if let first = queue.popFirst() {
+                // A linked chain is taken whole (its requests are queued
+                // together) and run in order; a failure cancels the rest.
+                var chain = [first]
+                for _ in 1..<first.chainLength {
+                    if let next = queue.popFirst() { chain.append(next) }
                 }
-                lock.unlock()
-                request.completion(res)
-                lock.lock()
+                var broken = false
+                for request in chain {
+                    if broken {
+                        request.engineState = .done
+                        lock.unlock()
+                        request.completion(-ECANCELED)
+                        lock.lock()
+                        continue
+                    }
+                    request.engineState = .inFlight
+                    request.worker = worker
+                    lock.unlock()
+                    let res = perform(request.operation, mayBlock: request.mayBlock, cancelFD: worker.cancelFD)
+                    lock.lock()
+                    request.engineState = .done
+                    request.worker = nil
+                    if worker.cancelSignalled {
+                        var value: UInt64 = 0
+                        _ = read(worker.cancelFD, &value, 8)
+                        worker.cancelSignalled = false
+                    }
+                    if request.linkNext && !request.linkSucceeds(res) { broken = true }
+                    lock.unlock()
+                    request.completion(res)
+                    lock.lock()
+                }
                 continue
             }
             if stopping {
@@ -233,6 +253,10 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
                 if fds[1].revents != 0 { return -ECANCELED }
                 return Int32(fds[0].revents)
             }
+        case .renameat(let oldDirectory, let oldPath, let newDirectory, let newPath, let flags):
+            return retryingEINTR { Int(cliburing_renameat2(oldDirectory, oldPath, newDirectory, newPath, flags)) }
+        case .unlinkat(let directory, let path, let flags):
+            return retryingEINTR { Int(Glibc.unlinkat(directory, path, flags)) }
         case .cancel:
             return -EINVAL
         }

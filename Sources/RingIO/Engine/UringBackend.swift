@@ -338,8 +338,9 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         }
         switch target.engineState {
         case .queued:
-            // Not yet in the kernel: complete it here.
-            let removed = backlog.removeAll { $0 === target }
+            // Not yet in the kernel: complete it here (with its whole chain).
+            let head = target.chainHead
+            let removed = backlog.removeAll { $0 === target || (head != nil && $0.chainHead === head) }
             for r in removed {
                 r.engineState = .done
                 r.completion(-ECANCELED)
@@ -390,12 +391,21 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             outstanding += 1
         }
         while outstanding < completionEntries, let request = backlog.first {
-            guard let sqe = io_uring_get_sqe(ring) else { return }
-            _ = backlog.popFirst()
-            prepare(sqe, request)
-            cliburing_sqe_set_data64(sqe, UInt64(UInt(bitPattern: Unmanaged.passRetained(request).toOpaque())))
-            request.engineState = .inFlight
-            outstanding += 1
+            // A linked chain goes into the SQ whole, or waits for room.
+            let length = request.chainLength
+            if length > 1 && (outstanding + length > completionEntries || Int(io_uring_sq_space_left(ring)) < length) {
+                return
+            }
+            for _ in 0..<length {
+                guard let request = backlog.popFirst(), let sqe = io_uring_get_sqe(ring) else {
+                    fatalError("unreachable: a chain's requests are queued together and the SQ has room")
+                }
+                prepare(sqe, request)
+                if request.linkNext { cliburing_sqe_set_flags(sqe, cliburing_iosqe_io_link()) }
+                cliburing_sqe_set_data64(sqe, UInt64(UInt(bitPattern: Unmanaged.passRetained(request).toOpaque())))
+                request.engineState = .inFlight
+                outstanding += 1
+            }
         }
     }
 
@@ -421,6 +431,10 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             io_uring_prep_fsync(sqe, fd, dataOnly ? UInt32(IORING_FSYNC_DATASYNC) : 0)
         case .poll(let fd, let events):
             io_uring_prep_poll_add(sqe, fd, events)
+        case .renameat(let oldDirectory, let oldPath, let newDirectory, let newPath, let flags):
+            io_uring_prep_renameat(sqe, oldDirectory, oldPath, newDirectory, newPath, flags)
+        case .unlinkat(let directory, let path, let flags):
+            io_uring_prep_unlinkat(sqe, directory, path, flags)
         case .cancel:
             fatalError("unreachable: cancels are prepared in fill()")
         }
