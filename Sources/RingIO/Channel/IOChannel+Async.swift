@@ -311,41 +311,6 @@ extension IO {
             throw error
         }
     }
-
-    /// Copies the file at `source` to `destination` (created or truncated,
-    /// with the source's permission bits), reading ahead at most two chunks
-    /// while up to four are being written.
-    ///
-    /// - Throws: `EINVAL` for a relative path; the open, read or write error.
-    public static func copyFile(from source: FilePath, to destination: FilePath,
-                                engine: IOEngine = .shared) async throws(Errno) {
-        var info = stat()
-        guard source.isAbsolute, destination.isAbsolute else { throw Errno.invalidArgument }
-        if stat(source.string, &info) != 0 { throw Errno(rawValue: cliburing_errno()) }
-        let permissions = FilePermissions(rawValue: CModeT(info.st_mode & 0o7777))
-        let reader = try IOChannel(kind: .stream, path: source, mode: .readOnly, queue: .global, engine: engine)
-        defer { reader.close() }
-        let writer = try IOChannel(kind: .stream, path: destination, mode: .writeOnly, options: [.create, .truncate],
-                                   permissions: permissions, queue: .global, engine: engine)
-        defer { writer.close() }
-        // Up to four writes outstanding (the writer pipelines them), two
-        // chunks read ahead: about 6 MiB in buffers, whatever the file size.
-        let window = WriteWindow(limit: 4)
-        do throws(Errno) {
-            for try await chunk in reader.chunks() {
-                try await window.acquire()
-                writer.core.submit(direction: .write, offset: 0, length: chunk.count, data: chunk, queue: writer.core.queue,
-                                   options: OperationOptions(inline: true)) { done, _, error in
-                    if done { window.release(error) }
-                }
-            }
-        } catch {
-            await window.drain()
-            throw error
-        }
-        await window.drain()
-        if let error = window.firstError { throw error }
-    }
 }
 
 /// A bound on the writes outstanding, for `IO.copyFile`: `acquire` waits

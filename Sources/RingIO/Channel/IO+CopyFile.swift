@@ -1,0 +1,315 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CLiburing
+import SystemPackage
+
+extension IO {
+    /// How `IO.copyFile(from:to:options:engine:)` creates its destination.
+    public struct CopyOptions: Sendable, Hashable {
+        /// Write a new file beside the destination and rename it into place
+        /// once every byte is written. A failed or cancelled copy then leaves
+        /// the destination as it was, and no partial file behind. (It does not
+        /// flush: a crash right after the rename may lose the new contents.)
+        public var atomically: Bool
+        /// Fail with `EEXIST` when the destination exists, rather than
+        /// replace it.
+        public var exclusive: Bool
+        /// The new file's permission bits, before the umask; `nil` takes the
+        /// source's. An existing file that is truncated keeps its own.
+        public var permissions: FilePermissions?
+
+        public init(atomically: Bool = false, exclusive: Bool = false, permissions: FilePermissions? = nil) {
+            self.atomically = atomically
+            self.exclusive = exclusive
+            self.permissions = permissions
+        }
+    }
+
+    /// Files up to this size are copied with one batch of opens and one
+    /// linked chain of requests (read, write, close, close, rename): two
+    /// trips through the engine.
+    public static let smallFileLimit = 256 << 10
+
+    /// A free name beside `path` for a temporary file: `.name.ringio-XXXX`
+    /// in the same directory, so that a rename onto `path` is atomic.
+    ///
+    /// - Returns: `nil` when `path` has no last component.
+    public static func temporaryPath(beside path: FilePath) -> FilePath? {
+        guard let name = path.lastComponent else { return nil }
+        let random = UInt64.random(in: 0 ... .max)
+        return path.removingLastComponent().appending(".\(name.string).ringio-\(String(random, radix: 36))")
+    }
+
+    /// Copies the file at `source` to `destination` (created or truncated,
+    /// with the source's permission bits), reading ahead at most two chunks
+    /// while up to four are being written.
+    ///
+    /// - Throws: `EINVAL` for a relative path; the open, read or write error.
+    public static func copyFile(from source: FilePath, to destination: FilePath,
+                                engine: IOEngine = .shared) async throws(Errno) {
+        try await copyFile(from: source, to: destination, options: CopyOptions(), engine: engine)
+    }
+
+    /// Copies the file at `source` to `destination`, as `options` say.
+    ///
+    /// A regular file of at most `smallFileLimit` bytes takes two trips
+    /// through the engine: its two opens in one batch, then one linked chain
+    /// that reads it whole, writes it, closes both files and (with
+    /// `atomically`) renames the new file into place. Many such copies
+    /// running at once share each `io_uring_enter`; the copy holds the bytes
+    /// the stat counted. Anything larger, a file that shrinks under the copy,
+    /// and a short write (a full disk) stream through two channels with two
+    /// chunks read ahead and up to four writes outstanding.
+    ///
+    /// - Returns: the number of bytes copied.
+    /// - Throws: `EINVAL` for a relative path, `EISDIR` for a directory,
+    ///   `EEXIST` when `exclusive` finds the destination; the stat, open,
+    ///   read, write, close or rename error; `ECANCELED` when the task is
+    ///   cancelled. With `atomically` (or `exclusive`), a failed copy removes
+    ///   the file it created.
+    @discardableResult
+    public static func copyFile(from source: FilePath, to destination: FilePath, options: CopyOptions,
+                                engine: IOEngine = .shared) async throws(Errno) -> Int64 {
+        guard source.isAbsolute, destination.isAbsolute else { throw Errno.invalidArgument }
+        let info = try await PathRequest.stat(engine: engine, path: source.string)
+        if info.kind == .directory { throw Errno.isDirectory }
+        var target = destination
+        if options.atomically {
+            guard let temporary = temporaryPath(beside: destination) else { throw Errno.invalidArgument }
+            target = temporary
+        }
+        let mode = options.permissions?.rawValue ?? CModeT(info.mode & 0o7777)
+        let created = options.atomically || options.exclusive
+        if info.kind == .regular && info.size <= Int64(smallFileLimit) {
+            let copy = SmallFileCopy(source: source.string, target: target.string,
+                                     destination: options.atomically ? destination.string : nil,
+                                     size: Int(info.size), createNew: created, noReplace: options.exclusive,
+                                     mode: UInt32(mode))
+            switch await copy.run(engine: engine) {
+            case .copied(let bytes):
+                return bytes
+            case .failed(let error):
+                throw error
+            case .changed:
+                break  // the file changed size under the copy: take the general path
+            }
+        }
+        // Open the target here, so that a failed copy removes only a file it made.
+        let flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | (created ? O_EXCL : O_TRUNC)
+        let output = try await PathRequest.open(engine: engine, path: target.string, flags: flags, mode: UInt32(mode))
+        do throws(Errno) {
+            let bytes = try await streamCopy(from: source, to: output, engine: engine)
+            if options.atomically {
+                try await PathRequest.rename(engine: engine, from: target.string, to: destination.string,
+                                             noReplace: options.exclusive)
+            }
+            return bytes
+        } catch {
+            if created { _ = unlink(target.string) }
+            throw error
+        }
+    }
+
+    /// The channel copy: two chunks read ahead, up to four writes outstanding.
+    /// Closes `output` when done, whatever happens.
+    private static func streamCopy(from source: FilePath, to output: Int32,
+                                   engine: IOEngine) async throws(Errno) -> Int64 {
+        let writer = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: output), queue: .global,
+                               engine: engine) { _ in _ = close(output) }
+        defer { writer.close() }
+        let reader = try IOChannel(kind: .stream, path: source, mode: .readOnly, queue: .global, engine: engine)
+        defer { reader.close() }
+        // Up to four writes outstanding (the writer pipelines them), two
+        // chunks read ahead: about 6 MiB in buffers, whatever the file size.
+        let window = WriteWindow(limit: 4)
+        var total: Int64 = 0
+        do throws(Errno) {
+            for try await chunk in reader.chunks() {
+                try await window.acquire()
+                total += Int64(chunk.count)
+                writer.core.submit(direction: .write, offset: 0, length: chunk.count, data: chunk, queue: writer.core.queue,
+                                   options: OperationOptions(inline: true)) { done, _, error in
+                    if done { window.release(error) }
+                }
+            }
+        } catch {
+            await window.drain()
+            throw error
+        }
+        await window.drain()
+        if let error = window.firstError { throw error }
+        return total
+    }
+}
+
+/// What `PathRequest.stat` reports.
+struct FileInfo: Sendable {
+    var kind: FileKind
+    var mode: UInt32
+    var size: Int64
+}
+
+/// One-shot path requests through the engine, awaited.
+enum PathRequest {
+    static func stat(engine: IOEngine, path: String) async throws(Errno) -> FileInfo {
+        let box = RequestMemory(paths: [path], statx: true)
+        let res = await box.perform(engine: engine, .statx(directory: AT_FDCWD, path: box.paths[0], flags: 0,
+                                                           mask: UInt32(STATX_TYPE | STATX_MODE | STATX_SIZE),
+                                                           buffer: box.statx!))
+        if res < 0 { throw Errno(rawValue: -res) }
+        let stx = box.statx!.pointee
+        return FileInfo(kind: FileKind(mode: mode_t(stx.stx_mode)), mode: UInt32(stx.stx_mode), size: Int64(stx.stx_size))
+    }
+
+    static func open(engine: IOEngine, path: String, flags: Int32, mode: UInt32) async throws(Errno) -> Int32 {
+        let box = RequestMemory(paths: [path])
+        let res = await box.perform(engine: engine, .openat(directory: AT_FDCWD, path: box.paths[0], flags: flags, mode: mode),
+                                    mayBlock: true)
+        if res < 0 { throw Errno(rawValue: -res) }
+        return res
+    }
+
+    static func rename(engine: IOEngine, from old: String, to new: String, noReplace: Bool) async throws(Errno) {
+        let box = RequestMemory(paths: [old, new])
+        let res = await box.perform(engine: engine, .renameat(oldDirectory: AT_FDCWD, oldPath: box.paths[0],
+                                                              newDirectory: AT_FDCWD, newPath: box.paths[1],
+                                                              flags: noReplace ? UInt32(RENAME_NOREPLACE) : 0))
+        if res < 0 { throw Errno(rawValue: -res) }
+    }
+}
+
+/// Memory that requests point at (NUL-terminated paths, a statx buffer, a
+/// data buffer), freed when the last request holding it completes.
+// @unchecked: everything is written in init, before any request that points
+// at it is submitted; the kernel (or a pool worker) writes `statx` and
+// `buffer` only while a request runs, and they are read only after its
+// completion, which the engine orders after the write.
+final class RequestMemory: @unchecked Sendable {
+    let paths: [UnsafeMutablePointer<CChar>]
+    let statx: UnsafeMutablePointer<cliburing_statx_t>?
+    let buffer: UnsafeMutableRawBufferPointer?
+
+    init(paths: [String], statx: Bool = false, bufferSize: Int? = nil) {
+        self.paths = paths.map { path in
+            let bytes = Array(path.utf8CString)
+            let pointer = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count)
+            pointer.initialize(from: bytes, count: bytes.count)
+            return pointer
+        }
+        self.statx = statx ? .allocate(capacity: 1) : nil
+        self.buffer = bufferSize.map { .allocate(byteCount: Swift.max($0, 1), alignment: 4096) }
+    }
+
+    deinit {
+        for p in paths { p.deallocate() }
+        statx?.deallocate()
+        buffer?.deallocate()
+    }
+
+    /// Submits one request that points into this memory and awaits its result.
+    func perform(engine: IOEngine, _ operation: IORequest.Operation, mayBlock: Bool = false) async -> Int32 {
+        await withUnsafeContinuation { continuation in
+            engine.submit(IORequest(operation, owner: self, mayBlock: mayBlock) { res in continuation.resume(returning: res) })
+        }
+    }
+
+    /// Submits `operations` (as one linked chain when `linked`) and awaits every result.
+    func perform(engine: IOEngine, _ operations: [IORequest.Operation], linked: Bool) async -> [Int32] {
+        await withUnsafeContinuation { continuation in
+            let gather = Gather(count: operations.count, continuation)
+            let requests = operations.enumerated().map { i, operation in
+                IORequest(operation, owner: self) { res in gather.set(i, res) }
+            }
+            if linked { engine.submit(linked: requests) } else { engine.submit(contentsOf: requests) }
+        }
+    }
+}
+
+/// Collects the results of several requests; resumes once all are in.
+private final class Gather: Sendable {
+    private let state: Locked<(results: [Int32], left: Int)>
+    private let continuation: UnsafeContinuation<[Int32], Never>
+
+    init(count: Int, _ continuation: UnsafeContinuation<[Int32], Never>) {
+        state = Locked((results: [Int32](repeating: 0, count: count), left: count))
+        self.continuation = continuation
+    }
+
+    func set(_ index: Int, _ res: Int32) {
+        let finished = state.withLock { s -> [Int32]? in
+            s.results[index] = res
+            s.left -= 1
+            return s.left == 0 ? s.results : nil
+        }
+        if let finished { continuation.resume(returning: finished) }
+    }
+}
+
+/// The small-file path of `IO.copyFile`: two opens in one batch, then one
+/// linked chain: read the whole file, write it, close both, rename.
+struct SmallFileCopy {
+    enum Outcome {
+        case copied(Int64)
+        case failed(Errno)
+        /// A short read (the source shrank since its stat) or a short write
+        /// (the disk filled): nothing is left behind (when the copy created
+        /// its file) and the caller copies again by the general path.
+        case changed
+    }
+
+    let source: String
+    let target: String
+    /// Where `target` is renamed to at the end; nil: no rename.
+    let destination: String?
+    let size: Int
+    let createNew: Bool
+    let noReplace: Bool
+    let mode: UInt32
+
+    func run(engine: IOEngine) async -> Outcome {
+        let memory = RequestMemory(paths: [source, target] + (destination.map { [$0] } ?? []), bufferSize: size)
+        let targetFlags = O_WRONLY | O_CREAT | O_CLOEXEC | (createNew ? O_EXCL : O_TRUNC)
+        let opened = await memory.perform(engine: engine, [
+            .openat(directory: AT_FDCWD, path: memory.paths[0], flags: O_RDONLY | O_CLOEXEC | O_NOCTTY, mode: 0),
+            .openat(directory: AT_FDCWD, path: memory.paths[1], flags: targetFlags, mode: mode),
+        ], linked: false)
+        let (input, output) = (opened[0], opened[1])
+        if input < 0 || output < 0 {
+            if input >= 0 { _ = close(input) }
+            if output >= 0 {
+                _ = close(output)
+                if createNew { _ = unlink(target) }
+            }
+            return .failed(Errno(rawValue: -(input < 0 ? input : output)))
+        }
+        let buffer = memory.buffer!
+        var chain: [IORequest.Operation] = [
+            .read(fd: input, buffer: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]), offset: 0),
+            .write(fd: output, buffer: UnsafeRawBufferPointer(rebasing: buffer[0..<size]), offset: 0),
+            .close(fd: input),
+            .close(fd: output),
+        ]
+        if destination != nil {
+            chain.append(.renameat(oldDirectory: AT_FDCWD, oldPath: memory.paths[1], newDirectory: AT_FDCWD,
+                                   newPath: memory.paths[2], flags: noReplace ? UInt32(RENAME_NOREPLACE) : 0))
+        }
+        let results = await memory.perform(engine: engine, chain, linked: true)
+        if results.allSatisfy({ $0 >= 0 }) && results[0] == size && results[1] == size {
+            return .copied(Int64(size))
+        }
+        // The chain broke: what was cancelled did not run.
+        if results[2] == -ECANCELED { _ = close(input) }
+        if results[3] == -ECANCELED { _ = close(output) }
+        if createNew { _ = unlink(target) }
+        if (results[0] >= 0 && results[0] < size) || (results[1] >= 0 && results[1] < size) {
+            // A short read (the file shrank) or a short write (the disk
+            // filled): the general path copies again and reports the errno.
+            return .changed
+        }
+        let failure = results.first { $0 < 0 && $0 != -ECANCELED } ?? -EIO
+        return .failed(Errno(rawValue: -failure))
+    }
+}

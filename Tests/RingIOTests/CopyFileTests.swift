@@ -1,0 +1,140 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import SystemPackage
+import Testing
+@testable import RingIO
+
+@Suite("IO.copyFile with options")
+struct CopyFileTests {
+    /// The names in `dir` other than `keep`.
+    static func leftovers(_ dir: String, keeping keep: Set<String>) -> [String] {
+        guard let d = opendir(dir) else { return ["<cannot list>"] }
+        defer { closedir(d) }
+        var names: [String] = []
+        while let entry = readdir(d) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if name != "." && name != ".." && !keep.contains(name) { names.append(name) }
+        }
+        return names
+    }
+
+    @Test("small and large files, atomically or not, arrive byte for byte with the source's mode",
+          arguments: allBackends, [0, 1, 4096, IO.smallFileLimit, IO.smallFileLimit + 1, 3 << 20])
+    func copies(backend: IOEngine.Backend, size: Int) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let bytes = randomBytes(size, seed: UInt64(size))
+        try writeFile(dir.file("src"), bytes)
+        chmod(dir.file("src"), 0o640)
+        for atomically in [false, true] {
+            let target = dir.file(atomically ? "atomic" : "plain")
+            let copied = try await IO.copyFile(from: FilePath(dir.file("src")), to: FilePath(target),
+                                               options: .init(atomically: atomically), engine: engine)
+            #expect(copied == Int64(size))
+            #expect(try readFile(target) == bytes)
+            var info = stat()
+            #expect(stat(target, &info) == 0 && info.st_mode & 0o777 == 0o640)
+        }
+        #expect(Self.leftovers(dir.path, keeping: ["src", "atomic", "plain"]) == [])
+    }
+
+    @Test("atomically replaces an existing file; not atomically truncates it in place", arguments: allBackends)
+    func replaces(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        try writeFile(dir.file("src"), Array("new".utf8))
+        try writeFile(dir.file("dst"), Array("old contents, longer".utf8))
+        var before = stat()
+        stat(dir.file("dst"), &before)
+        try await IO.copyFile(from: FilePath(dir.file("src")), to: FilePath(dir.file("dst")),
+                              options: .init(atomically: true), engine: engine)
+        var after = stat()
+        stat(dir.file("dst"), &after)
+        #expect(try readFile(dir.file("dst")) == Array("new".utf8))
+        #expect(after.st_ino != before.st_ino, "an atomic copy renames a new file into place")
+        try writeFile(dir.file("dst2"), Array("old contents, longer".utf8))
+        try await IO.copyFile(from: FilePath(dir.file("src")), to: FilePath(dir.file("dst2")),
+                              options: .init(), engine: engine)
+        #expect(try readFile(dir.file("dst2")) == Array("new".utf8))
+    }
+
+    @Test("exclusive refuses an existing destination with EEXIST and leaves it and no temporary file",
+          arguments: allBackends, [100, 1 << 20])
+    func exclusive(backend: IOEngine.Backend, size: Int) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        try writeFile(dir.file("src"), randomBytes(size, seed: 7))
+        try writeFile(dir.file("dst"), Array("keep me".utf8))
+        for atomically in [false, true] {
+            await #expect(throws: Errno.fileExists) {
+                try await IO.copyFile(from: FilePath(dir.file("src")), to: FilePath(dir.file("dst")),
+                                      options: .init(atomically: atomically, exclusive: true), engine: engine)
+            }
+            #expect(try readFile(dir.file("dst")) == Array("keep me".utf8))
+        }
+        #expect(Self.leftovers(dir.path, keeping: ["src", "dst"]) == [])
+    }
+
+    @Test("errors: a missing source, a directory, a missing destination directory, relative paths", arguments: allBackends)
+    func errors(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        try writeFile(dir.file("src"), [1, 2, 3])
+        await #expect(throws: Errno.noSuchFileOrDirectory) {
+            try await IO.copyFile(from: FilePath(dir.file("missing")), to: FilePath(dir.file("x")), options: .init(), engine: engine)
+        }
+        await #expect(throws: Errno.isDirectory) {
+            try await IO.copyFile(from: FilePath(dir.path), to: FilePath(dir.file("x")), options: .init(), engine: engine)
+        }
+        for atomically in [false, true] {
+            await #expect(throws: Errno.noSuchFileOrDirectory) {
+                try await IO.copyFile(from: FilePath(dir.file("src")), to: FilePath(dir.file("nodir/x")),
+                                      options: .init(atomically: atomically), engine: engine)
+            }
+        }
+        await #expect(throws: Errno.invalidArgument) {
+            try await IO.copyFile(from: "relative", to: FilePath(dir.file("x")), options: .init(), engine: engine)
+        }
+        #expect(Self.leftovers(dir.path, keeping: ["src"]) == [])
+    }
+
+    @Test("many small copies at once share the ring and all arrive", arguments: allBackends)
+    func manySmall(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend, ringEntries: 64)
+        let dir = TemporaryDirectory()
+        mkdir(dir.file("in"), 0o755)
+        mkdir(dir.file("out"), 0o755)
+        for i in 0..<300 { try writeFile(dir.file("in/\(i)"), randomBytes(i * 37, seed: UInt64(i))) }
+        let (input, output) = (dir.file("in"), dir.file("out"))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for i in 0..<300 {
+                group.addTask {
+                    try await IO.copyFile(from: FilePath("\(input)/\(i)"), to: FilePath("\(output)/\(i)"),
+                                          options: .init(atomically: true, exclusive: true), engine: engine)
+                }
+            }
+            try await group.waitForAll()
+        }
+        for i in 0..<300 { #expect(try readFile(dir.file("out/\(i)")) == randomBytes(i * 37, seed: UInt64(i))) }
+        #expect(Self.leftovers(dir.file("out"), keeping: Set((0..<300).map(String.init))) == [])
+    }
+
+    @Test("a full disk: the copy fails with ENOSPC, the old destination stays and no temporary file is left",
+          arguments: allBackends, [100 << 10, 3 << 20])
+    func fullDisk(backend: IOEngine.Backend, size: Int) async throws {
+        let engine = try makeEngine(backend)
+        let (dir, mountPoint) = try FullFilesystemTests.smallFilesystem()
+        defer { umount2(mountPoint, Int32(MNT_DETACH)); _ = dir }
+        // Fill the 1 MiB tmpfs but for ~64 KiB.
+        try writeFile(mountPoint + "/filler", [UInt8](repeating: 1, count: 960 << 10))
+        try writeFile(mountPoint + "/dst", Array("old".utf8))
+        try writeFile(dir.file("src"), randomBytes(size, seed: 3))
+        await #expect(throws: Errno.noSpace) {
+            try await IO.copyFile(from: FilePath(dir.file("src")), to: FilePath(mountPoint + "/dst"),
+                                  options: .init(atomically: true), engine: engine)
+        }
+        #expect(try readFile(mountPoint + "/dst") == Array("old".utf8))
+        #expect(Self.leftovers(mountPoint, keeping: ["filler", "dst"]) == [])
+    }
+}
