@@ -7,9 +7,11 @@ let package = Package(
         .library(name: "RingIO", targets: ["RingIO"]),
         .library(name: "RingIOFoundation", targets: ["RingIOFoundation"]),
         .executable(name: "ringio-demo", targets: ["ringio-demo"]),
+        .executable(name: "ringcp", targets: ["ringcp"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     ],
     targets: [
         .systemLibrary(
@@ -34,6 +36,18 @@ let package = Package(
                 "RingIO",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
+        ),
+        .executableTarget(
+            name: "ringcp",
+            dependencies: [
+                "RingIO",
+                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .testTarget(
+            name: "RingcpTests",
+            dependencies: ["ringcp"]
         ),
         .testTarget(
             name: "RingIOTests",
