@@ -68,6 +68,20 @@ static inline int cliburing_renameat2(int olddirfd, const char *oldpath, int new
     return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
 }
 
+/// splice (glibc declares it only under _GNU_SOURCE).
+static inline long cliburing_splice(int fd_in, long long *off_in, int fd_out, long long *off_out, size_t len, unsigned flags) {
+    return syscall(SYS_splice, fd_in, off_in, fd_out, off_out, len, flags);
+}
+
+/// A close-on-exec pipe whose capacity is set to `size` where allowed;
+/// returns the capacity, or -errno. (pipe2 and F_SETPIPE_SZ need _GNU_SOURCE.)
+static inline int cliburing_sized_pipe(int fds[2], int size) {
+    if (syscall(SYS_pipe2, fds, O_CLOEXEC) != 0) return -errno;
+    int capacity = fcntl(fds[1], 1031 /* F_SETPIPE_SZ */, size);
+    if (capacity < 0) capacity = fcntl(fds[1], 1032 /* F_GETPIPE_SZ */);
+    return capacity < 0 ? 65536 : capacity;
+}
+
 static inline int cliburing_errno(void) { return errno; }
 
 /// Names the calling thread (what ps, top and gdb show); at most 15 bytes are kept.

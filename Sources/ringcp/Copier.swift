@@ -351,15 +351,27 @@ final class Copier: Sendable {
             return abandon("error writing", plan.shownDestination, Errno(rawValue: errno))
         }
         let regions = dataRegions(of: FileDescriptor(rawValue: input), size: size, mayBeSparse: FileStatus(info).mayBeSparse)
-        let copy = ChannelCopy(source: FileDescriptor(rawValue: input), destination: FileDescriptor(rawValue: output),
-                               regions: regions, progress: progress)
-        do throws(CopyFailure) {
-            try await copy.run()
-        } catch {
-            return error.side == .read ? abandon("error reading", source, error.errno)
-                : abandon("error writing", plan.shownDestination, error.errno)
+        var endedAt: Int64?
+        if getenv("RINGCP_METHOD").map({ String(cString: $0) }) == "splice" {
+            do throws(IO.CopyRangesError) {
+                endedAt = try await IO.copyRanges(regions, from: FileDescriptor(rawValue: input),
+                                                  to: FileDescriptor(rawValue: output)) { [progress] n in progress?.add(n) }
+            } catch {
+                return error.side == .read ? abandon("error reading", source, error.errno)
+                    : abandon("error writing", plan.shownDestination, error.errno)
+            }
+        } else {
+            let copy = ChannelCopy(source: FileDescriptor(rawValue: input), destination: FileDescriptor(rawValue: output),
+                                   regions: regions, progress: progress)
+            do throws(CopyFailure) {
+                try await copy.run()
+            } catch {
+                return error.side == .read ? abandon("error reading", source, error.errno)
+                    : abandon("error writing", plan.shownDestination, error.errno)
+            }
+            endedAt = copy.endedAt
         }
-        if let end = copy.endedAt, ftruncate(output, off_t(end)) != 0 {
+        if let end = endedAt, ftruncate(output, off_t(end)) != 0 {
             return abandon("error writing", plan.shownDestination, Errno(rawValue: errno))
         }
         closed = true

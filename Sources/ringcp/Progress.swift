@@ -26,8 +26,9 @@ final class Progress: Sendable {
     private let fd: Int32
 
     init(totalBytes: Int64, fd: Int32 = STDOUT_FILENO) {
-        state = Mutex(State(total: totalBytes))
         start = Progress.now()
+        // The first drawing comes one period in: a quick copy draws no bar.
+        state = Mutex(State(total: totalBytes, lastDraw: start))
         self.fd = fd
         onTerminal = isatty(fd) == 1
     }

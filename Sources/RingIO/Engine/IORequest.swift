@@ -55,6 +55,10 @@ public final class IORequest: @unchecked Sendable {
                       newDirectory: Int32, newPath: UnsafePointer<CChar>, flags: UInt32)
         /// `IORING_OP_UNLINKAT` (`AT_REMOVEDIR` in `flags` removes a directory).
         case unlinkat(directory: Int32, path: UnsafePointer<CChar>, flags: Int32)
+        /// Moves up to `length` bytes between two fds, one of them a pipe,
+        /// inside the kernel; an offset of -1 means the fd's position (and
+        /// must be -1 for the pipe). `IORING_OP_SPLICE`.
+        case splice(input: Int32, inputOffset: Int64, output: Int32, outputOffset: Int64, length: Int)
         /// Cancels `target`: `IORING_OP_ASYNC_CANCEL` on the ring, or an
         /// interrupted wait in the pool. Made by `IOEngine.cancel(_:)`.
         case cancel(target: IORequest)
@@ -102,6 +106,7 @@ public final class IORequest: @unchecked Sendable {
         switch operation {
         case .read(_, let buffer, _): return buffer.count
         case .write(_, let buffer, _): return buffer.count
+        case .splice(_, _, _, _, let length): return length
         case .readv(_, let iovecs, let count, _), .writev(_, let iovecs, let count, _):
             var total = 0
             for i in 0..<count { total += iovecs[i].iov_len }

@@ -257,6 +257,16 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
             return retryingEINTR { Int(cliburing_renameat2(oldDirectory, oldPath, newDirectory, newPath, flags)) }
         case .unlinkat(let directory, let path, let flags):
             return retryingEINTR { Int(Glibc.unlinkat(directory, path, flags)) }
+        case .splice(let input, let inputOffset, let output, let outputOffset, let length):
+            return retryingEINTR {
+                var inOffset = inputOffset, outOffset = outputOffset
+                return withUnsafeMutablePointer(to: &inOffset) { inPointer in
+                    withUnsafeMutablePointer(to: &outOffset) { outPointer in
+                        cliburing_splice(input, inputOffset < 0 ? nil : inPointer,
+                                         output, outputOffset < 0 ? nil : outPointer, length, 0)
+                    }
+                }
+            }
         case .cancel:
             return -EINVAL
         }

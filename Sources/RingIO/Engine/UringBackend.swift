@@ -435,6 +435,8 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             io_uring_prep_renameat(sqe, oldDirectory, oldPath, newDirectory, newPath, flags)
         case .unlinkat(let directory, let path, let flags):
             io_uring_prep_unlinkat(sqe, directory, path, flags)
+        case .splice(let input, let inputOffset, let output, let outputOffset, let length):
+            io_uring_prep_splice(sqe, input, inputOffset, output, outputOffset, UInt32(length), 0)
         case .cancel:
             fatalError("unreachable: cancels are prepared in fill()")
         }
