@@ -74,34 +74,31 @@ extension IO {
     public static func copyFile(from source: FilePath, to destination: FilePath, options: CopyOptions,
                                 engine: IOEngine = .shared) async throws(Errno) -> Int64 {
         guard source.isAbsolute, destination.isAbsolute else { throw Errno.invalidArgument }
-        let info = try await PathRequest.stat(engine: engine, path: source.string)
-        if info.kind == .directory { throw Errno.isDirectory }
         var target = destination
         if options.atomically {
             guard let temporary = temporaryPath(beside: destination) else { throw Errno.invalidArgument }
             target = temporary
         }
-        let mode = options.permissions?.rawValue ?? CModeT(info.mode & 0o7777)
         let created = options.atomically || options.exclusive
-        if info.kind == .regular && info.size <= Int64(smallFileLimit) {
-            let copy = SmallFileCopy(source: source.string, target: target.string,
-                                     destination: options.atomically ? destination.string : nil,
-                                     size: Int(info.size), createNew: created, noReplace: options.exclusive,
-                                     mode: UInt32(mode))
+        let paths = PathRequest.Paths(source: source.string, target: target.string,
+                                      destination: options.atomically ? destination.string : nil)
+        var pair = try await PathRequest.openPair(engine: engine, paths, permissions: options.permissions, createNew: created)
+        if pair.info.kind == .regular && pair.info.size <= Int64(smallFileLimit) {
+            let copy = SmallFileCopy(paths: paths, input: pair.input, output: pair.output, size: Int(pair.info.size),
+                                     createNew: created, noReplace: options.exclusive)
             switch await copy.run(engine: engine) {
             case .copied(let bytes):
                 return bytes
             case .failed(let error):
                 throw error
             case .changed:
-                break  // the file changed size under the copy: take the general path
+                // Both files are closed (and the new one removed): again, by the general path.
+                pair = try await PathRequest.openPair(engine: engine, paths, permissions: options.permissions,
+                                                      createNew: created)
             }
         }
-        // Open the target here, so that a failed copy removes only a file it made.
-        let flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | (created ? O_EXCL : O_TRUNC)
-        let output = try await PathRequest.open(engine: engine, path: target.string, flags: flags, mode: UInt32(mode))
         do throws(Errno) {
-            let bytes = try await streamCopy(from: source, to: output, engine: engine)
+            let bytes = try await streamCopy(from: pair.input, to: pair.output, engine: engine)
             if options.atomically {
                 try await PathRequest.rename(engine: engine, from: target.string, to: destination.string,
                                              noReplace: options.exclusive)
@@ -114,13 +111,14 @@ extension IO {
     }
 
     /// The channel copy: two chunks read ahead, up to four writes outstanding.
-    /// Closes `output` when done, whatever happens.
-    private static func streamCopy(from source: FilePath, to output: Int32,
+    /// Closes `input` and `output` when done, whatever happens.
+    private static func streamCopy(from input: Int32, to output: Int32,
                                    engine: IOEngine) async throws(Errno) -> Int64 {
         let writer = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: output), queue: .global,
                                engine: engine) { _ in _ = close(output) }
         defer { writer.close() }
-        let reader = try IOChannel(kind: .stream, path: source, mode: .readOnly, queue: .global, engine: engine)
+        let reader = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: input), queue: .global,
+                               engine: engine) { _ in _ = close(input) }
         defer { reader.close() }
         // Up to four writes outstanding (the writer pipelines them), two
         // chunks read ahead: about 6 MiB in buffers, whatever the file size.
@@ -150,18 +148,83 @@ struct FileInfo: Sendable {
     var kind: FileKind
     var mode: UInt32
     var size: Int64
+
+    init(_ stx: cliburing_statx_t) {
+        kind = FileKind(mode: mode_t(stx.stx_mode))
+        mode = UInt32(stx.stx_mode)
+        size = Int64(stx.stx_size)
+    }
 }
 
 /// One-shot path requests through the engine, awaited.
 enum PathRequest {
+    struct Paths {
+        let source: String
+        /// Where the bytes are written.
+        let target: String
+        /// Where `target` is renamed to at the end; nil: no rename.
+        let destination: String?
+    }
+
+    struct Pair {
+        let info: FileInfo
+        let input: Int32
+        let output: Int32
+    }
+
+    /// The source's stat and both files open. With `permissions` and
+    /// `createNew`, all three requests go in one batch (a target we create
+    /// may be removed again if the source turns out to be a directory);
+    /// otherwise the stat comes first, so that nothing is truncated for a
+    /// source that cannot be copied.
+    static func openPair(engine: IOEngine, _ paths: Paths, permissions: FilePermissions?,
+                         createNew: Bool) async throws(Errno) -> Pair {
+        let memory = RequestMemory(paths: [paths.source, paths.target], statx: true)
+        let statx = IORequest.Operation.statx(directory: AT_FDCWD, path: memory.paths[0], flags: 0,
+                                              mask: UInt32(STATX_TYPE | STATX_MODE | STATX_SIZE), buffer: memory.statx!)
+        let openInput = IORequest.Operation.openat(directory: AT_FDCWD, path: memory.paths[0],
+                                                   flags: O_RDONLY | O_CLOEXEC | O_NOCTTY, mode: 0)
+        let targetFlags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | (createNew ? O_EXCL : O_TRUNC)
+        var results: [Int32]
+        var info: FileInfo
+        if let permissions, createNew {
+            results = await memory.perform(engine: engine, [
+                statx, openInput,
+                .openat(directory: AT_FDCWD, path: memory.paths[1], flags: targetFlags, mode: UInt32(permissions.rawValue)),
+            ], linked: false, mayBlock: true)
+            info = FileInfo(memory.statx!.pointee)
+        } else {
+            let stat = await memory.perform(engine: engine, statx)
+            if stat < 0 { throw Errno(rawValue: -stat) }
+            info = FileInfo(memory.statx!.pointee)
+            if info.kind == .directory { throw Errno.isDirectory }
+            let mode = permissions?.rawValue ?? CModeT(info.mode & 0o7777)
+            results = [stat] + (await memory.perform(engine: engine, [
+                openInput,
+                .openat(directory: AT_FDCWD, path: memory.paths[1], flags: targetFlags, mode: UInt32(mode)),
+            ], linked: false, mayBlock: true))
+        }
+        let (input, output) = (results[1], results[2])
+        var failure = results.first { $0 < 0 }
+        if failure == nil && info.kind == .directory { failure = -EISDIR }
+        if let failure {
+            if input >= 0 { _ = close(input) }
+            if output >= 0 {
+                _ = close(output)
+                if createNew { _ = unlink(paths.target) }
+            }
+            throw Errno(rawValue: -failure)
+        }
+        return Pair(info: info, input: input, output: output)
+    }
+
     static func stat(engine: IOEngine, path: String) async throws(Errno) -> FileInfo {
         let box = RequestMemory(paths: [path], statx: true)
         let res = await box.perform(engine: engine, .statx(directory: AT_FDCWD, path: box.paths[0], flags: 0,
                                                            mask: UInt32(STATX_TYPE | STATX_MODE | STATX_SIZE),
                                                            buffer: box.statx!))
         if res < 0 { throw Errno(rawValue: -res) }
-        let stx = box.statx!.pointee
-        return FileInfo(kind: FileKind(mode: mode_t(stx.stx_mode)), mode: UInt32(stx.stx_mode), size: Int64(stx.stx_size))
+        return FileInfo(box.statx!.pointee)
     }
 
     static func open(engine: IOEngine, path: String, flags: Int32, mode: UInt32) async throws(Errno) -> Int32 {
@@ -217,11 +280,12 @@ final class RequestMemory: @unchecked Sendable {
     }
 
     /// Submits `operations` (as one linked chain when `linked`) and awaits every result.
-    func perform(engine: IOEngine, _ operations: [IORequest.Operation], linked: Bool) async -> [Int32] {
+    func perform(engine: IOEngine, _ operations: [IORequest.Operation], linked: Bool,
+                 mayBlock: Bool = false) async -> [Int32] {
         await withUnsafeContinuation { continuation in
             let gather = Gather(count: operations.count, continuation)
             let requests = operations.enumerated().map { i, operation in
-                IORequest(operation, owner: self) { res in gather.set(i, res) }
+                IORequest(operation, owner: self, mayBlock: mayBlock) { res in gather.set(i, res) }
             }
             if linked { engine.submit(linked: requests) } else { engine.submit(contentsOf: requests) }
         }
@@ -248,43 +312,29 @@ private final class Gather: Sendable {
     }
 }
 
-/// The small-file path of `IO.copyFile`: two opens in one batch, then one
-/// linked chain: read the whole file, write it, close both, rename.
+/// The small-file path of `IO.copyFile`, once both files are open: one
+/// linked chain that reads the whole file, writes it, closes both and
+/// renames the new file into place.
 struct SmallFileCopy {
     enum Outcome {
         case copied(Int64)
         case failed(Errno)
         /// A short read (the source shrank since its stat) or a short write
-        /// (the disk filled): nothing is left behind (when the copy created
-        /// its file) and the caller copies again by the general path.
+        /// (the disk filled): both files are closed, nothing is left behind
+        /// (when the copy created its file), and the caller copies again by
+        /// the general path.
         case changed
     }
 
-    let source: String
-    let target: String
-    /// Where `target` is renamed to at the end; nil: no rename.
-    let destination: String?
+    let paths: PathRequest.Paths
+    let input: Int32
+    let output: Int32
     let size: Int
     let createNew: Bool
     let noReplace: Bool
-    let mode: UInt32
 
     func run(engine: IOEngine) async -> Outcome {
-        let memory = RequestMemory(paths: [source, target] + (destination.map { [$0] } ?? []), bufferSize: size)
-        let targetFlags = O_WRONLY | O_CREAT | O_CLOEXEC | (createNew ? O_EXCL : O_TRUNC)
-        let opened = await memory.perform(engine: engine, [
-            .openat(directory: AT_FDCWD, path: memory.paths[0], flags: O_RDONLY | O_CLOEXEC | O_NOCTTY, mode: 0),
-            .openat(directory: AT_FDCWD, path: memory.paths[1], flags: targetFlags, mode: mode),
-        ], linked: false)
-        let (input, output) = (opened[0], opened[1])
-        if input < 0 || output < 0 {
-            if input >= 0 { _ = close(input) }
-            if output >= 0 {
-                _ = close(output)
-                if createNew { _ = unlink(target) }
-            }
-            return .failed(Errno(rawValue: -(input < 0 ? input : output)))
-        }
+        let memory = RequestMemory(paths: [paths.target] + (paths.destination.map { [$0] } ?? []), bufferSize: size)
         let buffer = memory.buffer!
         var chain: [IORequest.Operation] = [
             .read(fd: input, buffer: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]), offset: 0),
@@ -292,9 +342,9 @@ struct SmallFileCopy {
             .close(fd: input),
             .close(fd: output),
         ]
-        if destination != nil {
-            chain.append(.renameat(oldDirectory: AT_FDCWD, oldPath: memory.paths[1], newDirectory: AT_FDCWD,
-                                   newPath: memory.paths[2], flags: noReplace ? UInt32(RENAME_NOREPLACE) : 0))
+        if paths.destination != nil {
+            chain.append(.renameat(oldDirectory: AT_FDCWD, oldPath: memory.paths[0], newDirectory: AT_FDCWD,
+                                   newPath: memory.paths[1], flags: noReplace ? UInt32(RENAME_NOREPLACE) : 0))
         }
         let results = await memory.perform(engine: engine, chain, linked: true)
         if results.allSatisfy({ $0 >= 0 }) && results[0] == size && results[1] == size {
@@ -303,10 +353,8 @@ struct SmallFileCopy {
         // The chain broke: what was cancelled did not run.
         if results[2] == -ECANCELED { _ = close(input) }
         if results[3] == -ECANCELED { _ = close(output) }
-        if createNew { _ = unlink(target) }
+        if createNew { _ = unlink(paths.target) }
         if (results[0] >= 0 && results[0] < size) || (results[1] >= 0 && results[1] < size) {
-            // A short read (the file shrank) or a short write (the disk
-            // filled): the general path copies again and reports the errno.
             return .changed
         }
         let failure = results.first { $0 < 0 && $0 != -ECANCELED } ?? -EIO

@@ -391,9 +391,9 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             outstanding += 1
         }
         while outstanding < completionEntries, let request = backlog.first {
-            // A linked chain goes into the SQ whole, or waits for room.
+            // A request, or a whole linked chain, goes into the SQ when it fits; else it waits.
             let length = request.chainLength
-            if length > 1 && (outstanding + length > completionEntries || Int(io_uring_sq_space_left(ring)) < length) {
+            if outstanding + length > completionEntries || Int(io_uring_sq_space_left(ring)) < length {
                 return
             }
             for _ in 0..<length {
