@@ -82,20 +82,21 @@ extension IO {
         let created = options.atomically || options.exclusive
         let paths = PathRequest.Paths(source: source.string, target: target.string,
                                       destination: options.atomically ? destination.string : nil)
-        var pair = try await PathRequest.openPair(engine: engine, paths, permissions: options.permissions, createNew: created)
-        if pair.info.kind == .regular && pair.info.size <= Int64(smallFileLimit) {
-            let copy = SmallFileCopy(paths: paths, input: pair.input, output: pair.output, size: Int(pair.info.size),
-                                     createNew: created, noReplace: options.exclusive)
-            switch await copy.run(engine: engine) {
-            case .copied(let bytes):
-                return bytes
-            case .failed(let error):
-                throw error
-            case .changed:
-                // Both files are closed (and the new one removed): again, by the general path.
-                pair = try await PathRequest.openPair(engine: engine, paths, permissions: options.permissions,
-                                                      createNew: created)
-            }
+        var pair: PathRequest.Pair
+        let outcome = await withUnsafeContinuation { (continuation: UnsafeContinuation<SmallFileCopy.Outcome, Never>) in
+            SmallFileCopy(paths: paths, permissions: options.permissions, createNew: created,
+                          noReplace: options.exclusive, engine: engine) { continuation.resume(returning: $0) }.start()
+        }
+        switch outcome {
+        case .copied(let bytes):
+            return bytes
+        case .failed(let error):
+            throw error
+        case .notSmall(let opened):
+            pair = opened
+        case .changed:
+            // Both files are closed (and the new one removed): again, by the general path.
+            pair = try await PathRequest.openPair(engine: engine, paths, permissions: options.permissions, createNew: created)
         }
         do throws(Errno) {
             let bytes = try await streamCopy(from: pair.input, to: pair.output, engine: engine)
@@ -176,46 +177,57 @@ enum PathRequest {
     /// `createNew`, all three requests go in one batch (a target we create
     /// may be removed again if the source turns out to be a directory);
     /// otherwise the stat comes first, so that nothing is truncated for a
-    /// source that cannot be copied.
-    static func openPair(engine: IOEngine, _ paths: Paths, permissions: FilePermissions?,
-                         createNew: Bool) async throws(Errno) -> Pair {
+    /// source that cannot be copied. `completion` runs on the engine's thread.
+    static func openPair(engine: IOEngine, _ paths: Paths, permissions: FilePermissions?, createNew: Bool,
+                         _ completion: @escaping @Sendable (Result<Pair, Errno>) -> Void) {
         let memory = RequestMemory(paths: [paths.source, paths.target], statx: true)
         let statx = IORequest.Operation.statx(directory: AT_FDCWD, path: memory.paths[0], flags: 0,
                                               mask: UInt32(STATX_TYPE | STATX_MODE | STATX_SIZE), buffer: memory.statx!)
-        let openInput = IORequest.Operation.openat(directory: AT_FDCWD, path: memory.paths[0],
-                                                   flags: O_RDONLY | O_CLOEXEC | O_NOCTTY, mode: 0)
         let targetFlags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | (createNew ? O_EXCL : O_TRUNC)
-        var results: [Int32]
-        var info: FileInfo
-        if let permissions, createNew {
-            results = await memory.perform(engine: engine, [
-                statx, openInput,
-                .openat(directory: AT_FDCWD, path: memory.paths[1], flags: targetFlags, mode: UInt32(permissions.rawValue)),
-            ], linked: false, mayBlock: true)
-            info = FileInfo(memory.statx!.pointee)
-        } else {
-            let stat = await memory.perform(engine: engine, statx)
-            if stat < 0 { throw Errno(rawValue: -stat) }
-            info = FileInfo(memory.statx!.pointee)
-            if info.kind == .directory { throw Errno.isDirectory }
-            let mode = permissions?.rawValue ?? CModeT(info.mode & 0o7777)
-            results = [stat] + (await memory.perform(engine: engine, [
-                openInput,
-                .openat(directory: AT_FDCWD, path: memory.paths[1], flags: targetFlags, mode: UInt32(mode)),
-            ], linked: false, mayBlock: true))
-        }
-        let (input, output) = (results[1], results[2])
-        var failure = results.first { $0 < 0 }
-        if failure == nil && info.kind == .directory { failure = -EISDIR }
-        if let failure {
-            if input >= 0 { _ = close(input) }
-            if output >= 0 {
-                _ = close(output)
-                if createNew { _ = unlink(paths.target) }
+        @Sendable func finish(_ results: [Int32]) {
+            let (input, output) = (results[1], results[2])
+            // The statx buffer holds something only when the statx succeeded.
+            let info = results[0] >= 0 ? FileInfo(memory.statx!.pointee) : nil
+            var failure = results.first { $0 < 0 }
+            if failure == nil && info?.kind == .directory { failure = -EISDIR }
+            if let failure {
+                if input >= 0 { _ = close(input) }
+                if output >= 0 {
+                    _ = close(output)
+                    if createNew { _ = unlink(paths.target) }
+                }
+                return completion(.failure(Errno(rawValue: -failure)))
             }
-            throw Errno(rawValue: -failure)
+            completion(.success(Pair(info: info!, input: input, output: output)))
         }
-        return Pair(info: info, input: input, output: output)
+        if let permissions, createNew {
+            memory.submit(engine: engine, [
+                statx,
+                .openat(directory: AT_FDCWD, path: memory.paths[0], flags: O_RDONLY | O_CLOEXEC | O_NOCTTY, mode: 0),
+                .openat(directory: AT_FDCWD, path: memory.paths[1], flags: targetFlags, mode: UInt32(permissions.rawValue)),
+            ], linked: false, mayBlock: true, finish)
+            return
+        }
+        memory.submit(engine: engine, [statx], linked: false) { stat in
+            if stat[0] < 0 { return completion(.failure(Errno(rawValue: -stat[0]))) }
+            let info = FileInfo(memory.statx!.pointee)
+            if info.kind == .directory { return completion(.failure(.isDirectory)) }
+            let mode = permissions?.rawValue ?? CModeT(info.mode & 0o7777)
+            memory.submit(engine: engine, [
+                .openat(directory: AT_FDCWD, path: memory.paths[0], flags: O_RDONLY | O_CLOEXEC | O_NOCTTY, mode: 0),
+                .openat(directory: AT_FDCWD, path: memory.paths[1], flags: targetFlags, mode: UInt32(mode)),
+            ], linked: false, mayBlock: true) { opened in finish(stat + opened) }
+        }
+    }
+
+    static func openPair(engine: IOEngine, _ paths: Paths, permissions: FilePermissions?,
+                         createNew: Bool) async throws(Errno) -> Pair {
+        let result = await withUnsafeContinuation { continuation in
+            openPair(engine: engine, paths, permissions: permissions, createNew: createNew) {
+                continuation.resume(returning: $0)
+            }
+        }
+        return try result.get()
     }
 
     static func stat(engine: IOEngine, path: String) async throws(Errno) -> FileInfo {
@@ -279,27 +291,26 @@ final class RequestMemory: @unchecked Sendable {
         }
     }
 
-    /// Submits `operations` (as one linked chain when `linked`) and awaits every result.
-    func perform(engine: IOEngine, _ operations: [IORequest.Operation], linked: Bool,
-                 mayBlock: Bool = false) async -> [Int32] {
-        await withUnsafeContinuation { continuation in
-            let gather = Gather(count: operations.count, continuation)
-            let requests = operations.enumerated().map { i, operation in
-                IORequest(operation, owner: self, mayBlock: mayBlock) { res in gather.set(i, res) }
-            }
-            if linked { engine.submit(linked: requests) } else { engine.submit(contentsOf: requests) }
+    /// Submits `operations` (as one linked chain when `linked`); `completion`
+    /// gets every result, on the engine's thread, once the last is in.
+    func submit(engine: IOEngine, _ operations: [IORequest.Operation], linked: Bool, mayBlock: Bool = false,
+                _ completion: @escaping @Sendable ([Int32]) -> Void) {
+        let gather = Gather(count: operations.count, completion)
+        let requests = operations.enumerated().map { i, operation in
+            IORequest(operation, owner: self, mayBlock: mayBlock) { res in gather.set(i, res) }
         }
+        if linked { engine.submit(linked: requests) } else { engine.submit(contentsOf: requests) }
     }
 }
 
-/// Collects the results of several requests; resumes once all are in.
+/// Collects the results of several requests; calls back once all are in.
 private final class Gather: Sendable {
     private let state: Locked<(results: [Int32], left: Int)>
-    private let continuation: UnsafeContinuation<[Int32], Never>
+    private let completion: @Sendable ([Int32]) -> Void
 
-    init(count: Int, _ continuation: UnsafeContinuation<[Int32], Never>) {
+    init(count: Int, _ completion: @escaping @Sendable ([Int32]) -> Void) {
         state = Locked((results: [Int32](repeating: 0, count: count), left: count))
-        self.continuation = continuation
+        self.completion = completion
     }
 
     func set(_ index: Int, _ res: Int32) {
@@ -308,17 +319,21 @@ private final class Gather: Sendable {
             s.left -= 1
             return s.left == 0 ? s.results : nil
         }
-        if let finished { continuation.resume(returning: finished) }
+        if let finished { completion(finished) }
     }
 }
 
-/// The small-file path of `IO.copyFile`, once both files are open: one
-/// linked chain that reads the whole file, writes it, closes both and
-/// renames the new file into place.
-struct SmallFileCopy {
-    enum Outcome {
+/// The small-file path of `IO.copyFile`: the stat and both opens in one
+/// batch, then, for a small regular file, one linked chain that reads it
+/// whole, writes it, closes both and renames the new file into place. Each
+/// step is submitted from the previous one's completion, on the engine's
+/// thread; the caller hears once, at the end.
+struct SmallFileCopy: Sendable {
+    enum Outcome: Sendable {
         case copied(Int64)
         case failed(Errno)
+        /// Not a small regular file: both are open, for the general path.
+        case notSmall(PathRequest.Pair)
         /// A short read (the source shrank since its stat) or a short write
         /// (the disk filled): both files are closed, nothing is left behind
         /// (when the copy created its file), and the caller copies again by
@@ -327,13 +342,28 @@ struct SmallFileCopy {
     }
 
     let paths: PathRequest.Paths
-    let input: Int32
-    let output: Int32
-    let size: Int
+    let permissions: FilePermissions?
     let createNew: Bool
     let noReplace: Bool
+    let engine: IOEngine
+    let completion: @Sendable (Outcome) -> Void
 
-    func run(engine: IOEngine) async -> Outcome {
+    func start() {
+        PathRequest.openPair(engine: engine, paths, permissions: permissions, createNew: createNew) { result in
+            switch result {
+            case .failure(let error):
+                completion(.failed(error))
+            case .success(let pair):
+                if pair.info.kind == .regular && pair.info.size <= Int64(IO.smallFileLimit) {
+                    copy(pair.input, pair.output, size: Int(pair.info.size))
+                } else {
+                    completion(.notSmall(pair))
+                }
+            }
+        }
+    }
+
+    private func copy(_ input: Int32, _ output: Int32, size: Int) {
         let memory = RequestMemory(paths: [paths.target] + (paths.destination.map { [$0] } ?? []), bufferSize: size)
         let buffer = memory.buffer!
         var chain: [IORequest.Operation] = [
@@ -346,18 +376,19 @@ struct SmallFileCopy {
             chain.append(.renameat(oldDirectory: AT_FDCWD, oldPath: memory.paths[0], newDirectory: AT_FDCWD,
                                    newPath: memory.paths[1], flags: noReplace ? UInt32(RENAME_NOREPLACE) : 0))
         }
-        let results = await memory.perform(engine: engine, chain, linked: true)
-        if results.allSatisfy({ $0 >= 0 }) && results[0] == size && results[1] == size {
-            return .copied(Int64(size))
+        memory.submit(engine: engine, chain, linked: true) { [paths, createNew, completion] results in
+            if results.allSatisfy({ $0 >= 0 }) && results[0] == size && results[1] == size {
+                return completion(.copied(Int64(size)))
+            }
+            // The chain broke: what was cancelled did not run.
+            if results[2] == -ECANCELED { _ = close(input) }
+            if results[3] == -ECANCELED { _ = close(output) }
+            if createNew { _ = unlink(paths.target) }
+            if (results[0] >= 0 && results[0] < size) || (results[1] >= 0 && results[1] < size) {
+                return completion(.changed)
+            }
+            let failure = results.first { $0 < 0 && $0 != -ECANCELED } ?? -EIO
+            completion(.failed(Errno(rawValue: -failure)))
         }
-        // The chain broke: what was cancelled did not run.
-        if results[2] == -ECANCELED { _ = close(input) }
-        if results[3] == -ECANCELED { _ = close(output) }
-        if createNew { _ = unlink(paths.target) }
-        if (results[0] >= 0 && results[0] < size) || (results[1] >= 0 && results[1] < size) {
-            return .changed
-        }
-        let failure = results.first { $0 < 0 && $0 != -ECANCELED } ?? -EIO
-        return .failed(Errno(rawValue: -failure))
     }
 }
