@@ -129,6 +129,7 @@ final class ChannelCopy: @unchecked Sendable {
                 fail(CopyFailure(side: .write, errno: error))
             } else {
                 progress?.add(count)
+                progress?.tick()
             }
             pump()
         }

@@ -7,7 +7,17 @@ import RingIO
 import Synchronization
 import SystemPackage
 
+/// How a large file's bytes move.
+enum CopyMethod: String, Sendable, CaseIterable {
+    /// Spliced through pipes inside the kernel (`IO.copyRanges`); falls back
+    /// to channels where the file systems cannot splice.
+    case kernel
+    /// Read and written through two random channels.
+    case channels
+}
+
 struct Settings: Sendable {
+    var method = CopyMethod.kernel
     var recursive = false
     var preserve = false
     var noClobber = false
@@ -80,7 +90,7 @@ final class Copier: Sendable {
             var running = 0
             for (source, destination) in pairs {
                 if Task.isCancelled { break }
-                await copyItem(source, to: destination, topLevel: true, group: &group, running: &running)
+                await copyItem(source, to: destination, topLevel: true, inNewDirectory: false, group: &group, running: &running)
             }
             await group.waitForAll()
         }
@@ -98,7 +108,10 @@ final class Copier: Sendable {
         }
     }
 
-    private func copyItem(_ source: String, to destination: String, topLevel: Bool,
+    /// - Parameter inNewDirectory: the destination's directory was made by
+    ///   this run, so nothing can be at `destination` (an exclusive create
+    ///   still catches a race): no need to look.
+    private func copyItem(_ source: String, to destination: String, topLevel: Bool, inNewDirectory: Bool,
                           group: inout TaskGroup<Void>, running: inout Int) async {
         // Without -r, a symlink on the command line is followed (cp's default).
         let status: FileStatus
@@ -110,11 +123,12 @@ final class Copier: Sendable {
         switch status.kind {
         case .directory:
             guard settings.recursive else { return report("-r not specified; omitting directory '\(source)'") }
-            await copyDirectory(source, status, to: destination, group: &group, running: &running)
+            await copyDirectory(source, status, to: destination, inNewDirectory: inNewDirectory,
+                                group: &group, running: &running)
         case .symlink:
-            copySymlink(source, status, to: destination)
+            copySymlink(source, status, to: destination, inNewDirectory: inNewDirectory)
         case .regular:
-            guard let plan = plan(source, status, to: destination) else { return }
+            guard let plan = plan(source, status, to: destination, inNewDirectory: inNewDirectory) else { return }
             if status.size <= Int64(IO.smallFileLimit) {
                 while running >= settings.jobs {
                     await group.next()
@@ -127,23 +141,26 @@ final class Copier: Sendable {
             }
         case .fifo, .characterDevice, .blockDevice, .socket, .other:
             if settings.recursive {
-                copySpecial(source, status, to: destination)
-            } else if let plan = plan(source, status, to: destination) {
+                copySpecial(source, status, to: destination, inNewDirectory: inNewDirectory)
+            } else if let plan = plan(source, status, to: destination, inNewDirectory: inNewDirectory) {
                 await copyFile(source, status, plan)  // cp copies the contents: read until EOF
             }
         }
     }
 
-    private func copyDirectory(_ source: String, _ status: FileStatus, to destination: String,
+    private func copyDirectory(_ source: String, _ status: FileStatus, to destination: String, inNewDirectory: Bool,
                                group: inout TaskGroup<Void>, running: inout Int) async {
         let existing: FileStatus?
-        do throws(Errno) { existing = try FileStatus.ifPresent(destination, followingSymlinks: true) } catch {
+        do throws(Errno) {
+            existing = inNewDirectory ? nil : try FileStatus.ifPresent(destination, followingSymlinks: true)
+        } catch {
             return reportError("cannot stat", destination, error)
         }
         if let existing, existing.kind != .directory {
             return report("cannot overwrite non-directory '\(destination)' with directory '\(source)'")
         }
-        if let from = FS.realPath(source), let into = FS.realPath(existing == nil ? parentOf(destination) : destination) {
+        if !inNewDirectory, let from = FS.realPath(source),
+           let into = FS.realPath(existing == nil ? parentOf(destination) : destination) {
             let target = existing == nil ? joined(into, baseName(destination)) : into
             if target == from || target.hasPrefix(from.hasSuffix("/") ? from : from + "/") {
                 return report("cannot copy a directory, '\(source)', into itself, '\(destination)'")
@@ -166,16 +183,16 @@ final class Copier: Sendable {
         for name in names {
             if Task.isCancelled { return }
             await copyItem(joined(source, name), to: joined(destination, name), topLevel: false,
-                           group: &group, running: &running)
+                           inNewDirectory: existing == nil, group: &group, running: &running)
         }
     }
 
-    private func copySymlink(_ source: String, _ status: FileStatus, to destination: String) {
+    private func copySymlink(_ source: String, _ status: FileStatus, to destination: String, inNewDirectory: Bool) {
         let link: String
         do throws(Errno) { link = try FS.readLink(source) } catch {
             return reportError("cannot read symbolic link", source, error)
         }
-        let existing = try? FileStatus.ifPresent(destination, followingSymlinks: false)
+        let existing = inNewDirectory ? nil : try? FileStatus.ifPresent(destination, followingSymlinks: false)
         if let existing {
             if settings.noClobber { return }
             if existing.kind == .directory {
@@ -201,8 +218,8 @@ final class Copier: Sendable {
     }
 
     /// A FIFO or device inside a tree, made anew (as `cp -R` does).
-    private func copySpecial(_ source: String, _ status: FileStatus, to destination: String) {
-        if let existing = try? FileStatus.ifPresent(destination, followingSymlinks: false) {
+    private func copySpecial(_ source: String, _ status: FileStatus, to destination: String, inNewDirectory: Bool) {
+        if !inNewDirectory, let existing = try? FileStatus.ifPresent(destination, followingSymlinks: false) {
             if settings.noClobber { return }
             if existing.kind == .directory {
                 return report("cannot overwrite directory '\(destination)' with non-directory")
@@ -235,11 +252,11 @@ final class Copier: Sendable {
 
     /// cp's checks before a file copy; nil (with a message, or silently for
     /// -n) when the file must not be copied.
-    private func plan(_ source: String, _ status: FileStatus, to destination: String) -> Plan? {
+    private func plan(_ source: String, _ status: FileStatus, to destination: String, inNewDirectory: Bool) -> Plan? {
         var target = destination
         var existing: FileStatus?
         do throws(Errno) {
-            existing = try FileStatus.ifPresent(destination, followingSymlinks: false)
+            existing = inNewDirectory ? nil : try FileStatus.ifPresent(destination, followingSymlinks: false)
             if let link = existing, link.kind == .symlink {
                 // cp writes through a symlink; so do we, by replacing its target.
                 guard let resolved = FS.realPath(destination),
@@ -352,15 +369,29 @@ final class Copier: Sendable {
         }
         let regions = dataRegions(of: FileDescriptor(rawValue: input), size: size, mayBeSparse: FileStatus(info).mayBeSparse)
         var endedAt: Int64?
-        if getenv("RINGCP_METHOD").map({ String(cString: $0) }) == "splice" {
+        var method = settings.method
+        if method == .kernel {
+            let moved = Counter()
+            let ticker = progress.map { bar in Task { await bar.runTicker() } }
             do throws(IO.CopyRangesError) {
                 endedAt = try await IO.copyRanges(regions, from: FileDescriptor(rawValue: input),
-                                                  to: FileDescriptor(rawValue: output)) { [progress] n in progress?.add(n) }
+                                                  to: FileDescriptor(rawValue: output)) { [progress] n in
+                    moved.add(n)
+                    progress?.add(n)
+                }
+            } catch where moved.value == 0 && [.invalidArgument, .notSupported, .noFunction].contains(error.errno) {
+                method = .channels  // a file system that cannot splice: the channels can
             } catch {
+                ticker?.cancel()
                 return error.side == .read ? abandon("error reading", source, error.errno)
                     : abandon("error writing", plan.shownDestination, error.errno)
             }
-        } else {
+            ticker?.cancel()
+        }
+        if method == .channels {
+            // A random channel's offsets count from the fd's position when it
+            // is made (as in dispatch I/O); SEEK_DATA/SEEK_HOLE moved it.
+            lseek(input, 0, SEEK_SET)
             let copy = ChannelCopy(source: FileDescriptor(rawValue: input), destination: FileDescriptor(rawValue: output),
                                    regions: regions, progress: progress)
             do throws(CopyFailure) {
@@ -418,6 +449,13 @@ final class Copier: Sendable {
         for source in sources { walk(source, topLevel: true) }
         return total
     }
+}
+
+/// Bytes counted from the engine's thread.
+final class Counter: Sendable {
+    private let count = Mutex(0)
+    func add(_ n: Int) { count.withLock { $0 += n } }
+    var value: Int { count.withLock { $0 } }
 }
 
 private func isWriteError(_ error: Errno) -> Bool {

@@ -9,8 +9,11 @@ import Synchronization
 /// ten times a second on a terminal (in place, with `\r`), or once a second
 /// as plain lines when the output is not a terminal.
 ///
-/// Updated from the channels' handlers: `add` for every chunk written,
-/// `tick` for the strict-interval calls that come even while nothing moves.
+/// `add` only counts (it may run on the engine's thread, in the kernel-copy
+/// path); `tick` draws when a drawing is due. Ticks come from the channels'
+/// handlers in the channel path (every chunk, and the read channel's strict
+/// interval, which calls even while nothing moves), and from a 10 Hz ticker
+/// while a kernel copy runs.
 final class Progress: Sendable {
     private struct State {
         var total: Int64
@@ -44,7 +47,14 @@ final class Progress: Sendable {
 
     func add(_ bytes: Int) {
         state.withLock { $0.done += Int64(bytes) }
-        tick()
+    }
+
+    /// Ticks every 100 ms until the task is cancelled.
+    func runTicker() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .milliseconds(100))
+            tick()
+        }
     }
 
     func fileDone() {

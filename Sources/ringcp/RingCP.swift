@@ -74,11 +74,15 @@ struct RingCP: AsyncParsableCommand {
     @Option(help: "Small files copied at once.")
     var jobs = 64
 
+    @Option(help: ArgumentHelp("How large files are copied: 'kernel' (spliced through pipes, the bytes never enter the process; the default) or 'channels' (read and written through two random channels).", valueName: "method"))
+    var method = "kernel"
+
     @Argument(help: "Sources, then the destination.")
     var paths: [String] = []
 
     mutating func validate() throws {
         if jobs < 1 { throw ValidationError("--jobs must be at least 1") }
+        if CopyMethod(rawValue: method) == nil { throw ValidationError("--method must be 'kernel' or 'channels'") }
     }
 
     func run() async throws {
@@ -109,7 +113,7 @@ struct RingCP: AsyncParsableCommand {
             pairs = [(sources[0], target)]
         }
 
-        let settings = Settings(recursive: recursive, preserve: preserve, noClobber: noClobber, force: force && !noClobber,
+        let settings = Settings(method: CopyMethod(rawValue: method) ?? .kernel, recursive: recursive, preserve: preserve, noClobber: noClobber, force: force && !noClobber,
                                 verbose: verbose, inPlace: inPlace, verify: verify, jobs: jobs)
         let showProgress = progress ?? (isatty(STDOUT_FILENO) == 1)
         let bar = showProgress ? Progress(totalBytes: Copier.totalBytes(of: pairs.map(\.0), recursive: recursive)) : nil
