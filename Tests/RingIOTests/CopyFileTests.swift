@@ -137,4 +137,47 @@ struct CopyFileTests {
         #expect(try readFile(mountPoint + "/dst") == Array("old".utf8))
         #expect(Self.leftovers(mountPoint, keeping: ["filler", "dst"]) == [])
     }
+
+    @Test("copyRanges copies the ranges in the kernel, holes stay holes, progress adds up", arguments: allBackends)
+    func copyRanges(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let size = 9 << 20 + 123
+        let bytes = randomBytes(size, seed: 11)
+        try writeFile(dir.file("src"), bytes)
+        try writeFile(dir.file("dst"), [])
+        let input = try openFile(dir.file("src"), .readOnly)
+        let output = try openFile(dir.file("dst"))
+        defer { try? input.close(); try? output.close() }
+        #expect(ftruncate(output.rawValue, off_t(size)) == 0)
+        let ranges: [Range<Int64>] = [0..<(3 << 20), (5 << 20)..<Int64(size)]
+        let moved = Locked(0)
+        let ended = try await IO.copyRanges(ranges, from: input, to: output, lanes: 3, engine: engine) { n in
+            moved.withLock { $0 += n }
+        }
+        #expect(ended == nil)
+        #expect(moved.withLock { $0 } == ranges.reduce(0) { $0 + Int($1.count) })
+        var expected = bytes
+        for i in (3 << 20)..<(5 << 20) { expected[i] = 0 }
+        #expect(try readFile(dir.file("dst")) == expected)
+    }
+
+    @Test("copyRanges: a source shorter than the ranges ends early; a write error names the write side", arguments: allBackends)
+    func copyRangesErrors(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        try writeFile(dir.file("src"), randomBytes(1_500_000, seed: 12))
+        try writeFile(dir.file("dst"), [])
+        let input = try openFile(dir.file("src"), .readOnly)
+        let output = try openFile(dir.file("dst"))
+        defer { try? input.close(); try? output.close() }
+        let ended = try await IO.copyRanges([0..<4_000_000], from: input, to: output, engine: engine)
+        #expect(ended == 1_500_000)
+        #expect(try readFile(dir.file("dst")) == randomBytes(1_500_000, seed: 12))
+        let readOnly = try openFile(dir.file("dst"), .readOnly)
+        defer { try? readOnly.close() }
+        await #expect(throws: IO.CopyRangesError(side: .write, errno: .badFileDescriptor)) {
+            try await IO.copyRanges([0..<1_000_000], from: input, to: readOnly, engine: engine)
+        }
+    }
 }
