@@ -3,7 +3,7 @@
 // never build SwiftNIO or the benchmark harness.
 //
 //   swift run -c release --package-path Benchmarks micro        # queue hop, engine NOP, read round trip
-//   swift run -c release --package-path Benchmarks throughput   # sequential read, copy, random 4 KiB reads, copy memory
+//   swift run -c release --package-path Benchmarks throughput   # read, copy, random reads, small files, append log (scripts/bench)
 //   cd Benchmarks && swift package benchmark                    # ordo-one micro benchmarks (allocations)
 import PackageDescription
 
@@ -34,6 +34,7 @@ let package = Package(
                 .product(name: "RingIO", package: "RingIO"),
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "_NIOFileSystem", package: "swift-nio"),
             ],
             path: "Sources/throughput"
