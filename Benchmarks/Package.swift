@@ -5,6 +5,7 @@
 //   swift run -c release --package-path Benchmarks micro        # queue hop, engine NOP, read round trip
 //   swift run -c release --package-path Benchmarks throughput   # read, copy, random reads, small files, append log (scripts/bench)
 //   cd Benchmarks && swift package benchmark                    # ordo-one micro benchmarks (allocations)
+//   scripts/bench-thresholds [update]                            # their allocation counts against Benchmarks/Thresholds
 import PackageDescription
 
 let package = Package(
@@ -43,6 +44,7 @@ let package = Package(
             name: "RingIOMicro",
             dependencies: [
                 .product(name: "RingIO", package: "RingIO"),
+                .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "Benchmark", package: "benchmark"),
             ],
             path: "Benchmarks/RingIOMicro",
