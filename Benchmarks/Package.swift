@@ -3,8 +3,9 @@
 // never build SwiftNIO or the benchmark harness.
 //
 //   swift run -c release --package-path Benchmarks micro        # queue hop, engine NOP, read round trip
-//   swift run -c release --package-path Benchmarks throughput   # sequential read, copy, random 4 KiB reads, copy memory
+//   swift run -c release --package-path Benchmarks throughput   # read, copy, random reads, small files, append log (scripts/bench)
 //   cd Benchmarks && swift package benchmark                    # ordo-one micro benchmarks (allocations)
+//   scripts/bench-thresholds [update]                            # their allocation counts against Benchmarks/Thresholds
 import PackageDescription
 
 let package = Package(
@@ -34,6 +35,7 @@ let package = Package(
                 .product(name: "RingIO", package: "RingIO"),
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "_NIOFileSystem", package: "swift-nio"),
             ],
             path: "Sources/throughput"
@@ -42,6 +44,7 @@ let package = Package(
             name: "RingIOMicro",
             dependencies: [
                 .product(name: "RingIO", package: "RingIO"),
+                .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "Benchmark", package: "benchmark"),
             ],
             path: "Benchmarks/RingIOMicro",

@@ -1,11 +1,13 @@
 // RingIO's side: IOChannel through its handler API, shaped like the DispatchIO
-// anchors so that the two compare operation for operation.
+// anchors so that the two compare operation for operation, and through its
+// async API (`chunks()`, awaited reads and writes, `IO.copyFile`).
 #if canImport(Glibc)
 import Glibc
 #endif
 import BenchSupport
 import RingIO
 import SystemPackage
+import Synchronization
 
 enum RingIOCases {
     static var engineDescription: String {
@@ -13,7 +15,7 @@ enum RingIOCases {
         return "\(engine.backend)" + (engine.fallbackReason.map { " (fallback: \($0))" } ?? "")
     }
 
-    static func sequentialRead(_ path: String, size: Int, timeout: Double) throws -> Sample {
+    static func sequentialRead(_ path: String, size: Int, expected: UInt64, timeout: Double) throws -> Sample {
         let fd = try openFile(path, O_RDONLY)
         let queue = IOQueue(label: "throughput.read")
         let closed = Completion()
@@ -22,10 +24,12 @@ enum RingIOCases {
             closed.finish()
         }
         let tally = Tally()
+        let checksum = SharedStreamChecksum()
         let done = Completion()
         let start = now()
         channel.read(offset: 0, length: .max, queue: queue) { isDone, data, error in
             tally.add(data?.count ?? 0)
+            data?.apply { _, _, bytes in checksum.add(bytes); return true }
             if isDone { done.finish(error.map { "read ended with \($0)" }) }
         }
         try done.wait("RingIO stream read", timeout: timeout) { tally.summary }
@@ -33,6 +37,7 @@ enum RingIOCases {
         channel.close()
         try closed.wait("RingIO cleanup handler", timeout: timeout)
         guard tally.bytes == size else { throw BenchError("RingIO read \(tally.bytes) of \(size) bytes (\(tally.summary))") }
+        try requireChecksum("RingIO stream read", checksum.value, expected)
         return Sample(rate: Double(size) / elapsed, note: "\(tally.calls) handler calls, largest delivery \(tally.largest >> 10) KiB")
     }
 
@@ -95,7 +100,7 @@ enum RingIOCases {
         try writerClosed.wait("RingIO copy: writer cleanup", timeout: timeout)
     }
 
-    static func randomReads(_ path: String, offsets: [Int64], depth: Int, timeout: Double) throws -> Sample {
+    static func randomReads(_ path: String, offsets: [Int64], depth: Int, expected: UInt64, timeout: Double) throws -> Sample {
         let fd = try openFile(path, O_RDONLY)
         let queue = IOQueue(label: "throughput.random")
         let closed = Completion()
@@ -103,16 +108,118 @@ enum RingIOCases {
             close(fd)
             closed.finish()
         }
-        let loop = RandomReadLoop(offsets: offsets) { offset, finished in
+        let checksums = ReadChecksums()
+        let calls = Counter()
+        let loop = InFlightLoop(count: offsets.count) { i, finished in
+            let offset = offsets[i]
             let tally = Tally()
             channel.read(offset: offset, length: 4096, queue: queue) { done, data, error in
+                _ = calls.take()
                 let seen = tally.add(data?.count ?? 0)
-                if done { finished(seen.bytes, seen.calls, error.map { "\($0)" }) }
+                let before = seen.bytes - (data?.count ?? 0)
+                data?.apply { _, at, bytes in checksums.add(bytes, at: offset, from: before + at); return true }
+                if done { finished(seen.bytes == 4096 && error == nil ? nil : "read at \(offset): \(seen.bytes) bytes, \(error.map { "\($0)" } ?? "no error")") }
             }
         }
-        let result = try loop.run(depth: depth, what: "RingIO random reads", timeout: timeout)
+        let elapsed = try loop.run(depth: depth, what: "RingIO random reads", timeout: timeout)
         channel.close()
         try closed.wait("RingIO cleanup handler", timeout: timeout)
-        return Sample(rate: result.rate, note: "\(offsets.count) reads, \(fixed(result.callsPerRead, 2)) handler calls per read")
+        try requireChecksum("RingIO random reads", checksums.value, expected)
+        return Sample(rate: Double(offsets.count) / elapsed,
+                      note: "\(offsets.count) reads, \(fixed(Double(calls.taken) / Double(offsets.count), 2)) handler calls per read")
+    }
+
+    // MARK: - async API
+
+    /// A stream path channel's `chunks()`, awaited one by one.
+    static func sequentialReadAsync(_ path: String, size: Int, expected: UInt64, timeout: Double) throws -> Sample {
+        let (bytes, checksum, elapsed) = try blocking("RingIO chunks()", timeout: timeout) {
+            let start = now()
+            let channel = try IOChannel(kind: .stream, path: FilePath(path), mode: .readOnly, queue: .global)
+            defer { channel.close() }
+            var checksum = StreamChecksum()
+            for try await chunk in channel.chunks() {
+                chunk.apply { _, _, bytes in checksum.add(bytes); return true }
+            }
+            return (checksum.position, checksum.value, seconds(since: start))
+        }
+        guard bytes == size else { throw BenchError("RingIO chunks() read \(bytes) of \(size) bytes") }
+        try requireChecksum("RingIO chunks()", checksum, expected)
+        return Sample(rate: Double(size) / elapsed)
+    }
+
+    /// `depth` tasks, each awaiting `read(offset:length:)` on one random channel in turn.
+    static func randomReadsAsync(_ path: String, offsets: [Int64], depth: Int, expected: UInt64, timeout: Double) throws -> Sample {
+        let channel = try IOChannel(kind: .random, path: FilePath(path), mode: .readOnly, queue: .global)
+        defer { channel.close() }
+        let checksums = ReadChecksums()
+        let elapsed = try blocking("RingIO async random reads", timeout: timeout) {
+            let start = now()
+            try await inFlight(count: offsets.count, depth: depth) { _, i in
+                let chunk = try await channel.read(offset: offsets[i], length: 4096)
+                guard chunk.count == 4096 else { throw BenchError("read \(chunk.count) bytes at \(offsets[i])") }
+                chunk.apply { _, at, bytes in checksums.add(bytes, at: offsets[i], from: at); return true }
+            }
+            return seconds(since: start)
+        }
+        try requireChecksum("RingIO async random reads", checksums.value, expected)
+        return Sample(rate: Double(offsets.count) / elapsed, note: "\(offsets.count) reads")
+    }
+
+    /// `IO.copyFile` for each file, `filesInFlight` at once.
+    static func copyFiles(_ source: String, _ destination: String, count: Int, timeout: Double) throws -> Double {
+        try blocking("RingIO IO.copyFile × \(count)", timeout: timeout) {
+            let start = now()
+            try await inFlight(count: count, depth: filesInFlight) { _, i in
+                try await IO.copyFile(from: FilePath(smallFilePath(source, i)), to: FilePath(smallFilePath(destination, i)))
+            }
+            return seconds(since: start)
+        }
+    }
+
+    /// Every record handed to a stream write channel at once (the channel
+    /// queues and pipelines them), then a barrier that calls fsync.
+    static func appendLog(_ path: String, log: AppendLog, timeout: Double) throws -> Double {
+        let fd = try openFile(path, O_WRONLY | O_CREAT | O_TRUNC)
+        let queue = IOQueue(label: "throughput.append")
+        let closed = Completion()
+        let channel = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: fd), queue: queue) { _ in
+            close(fd)
+            closed.finish()
+        }
+        let payload = DataChunk(log.payload)
+        let failure = Mutex<String?>(nil)
+        let start = now()
+        for index in 0..<log.records {
+            channel.write(offset: 0, data: DataChunk(log.header(index)) + payload, queue: queue) { done, _, error in
+                if done, let error { failure.withLock { $0 = $0 ?? "write of record \(index): \(error)" } }
+            }
+        }
+        let synced = Completion()
+        channel.barrier {
+            synced.finish(fsync(fd) == 0 ? nil : "fsync: errno \(errno)")
+        }
+        try synced.wait("RingIO append log", timeout: timeout)
+        let elapsed = seconds(since: start)
+        channel.close()
+        try closed.wait("RingIO cleanup handler", timeout: timeout)
+        if let error = failure.withLock({ $0 }) { throw BenchError("RingIO append log: \(error)") }
+        return elapsed
+    }
+
+    /// Each record awaited through `write(data:)` on a stream path channel, then `synchronize()`.
+    static func appendLogAsync(_ path: String, log: AppendLog, timeout: Double) throws -> Double {
+        try blocking("RingIO async append log", timeout: timeout) {
+            let channel = try IOChannel(kind: .stream, path: FilePath(path), mode: .writeOnly,
+                                        options: [.create, .truncate], permissions: .ownerReadWrite, queue: .global)
+            defer { channel.close() }
+            let payload = DataChunk(log.payload)
+            let start = now()
+            for index in 0..<log.records {
+                try await channel.write(data: DataChunk(log.header(index)) + payload)
+            }
+            try await channel.synchronize()
+            return seconds(since: start)
+        }
     }
 }
