@@ -253,6 +253,11 @@ final class Copier: Sendable {
     /// cp's checks before a file copy; nil (with a message, or silently for
     /// -n) when the file must not be copied.
     private func plan(_ source: String, _ status: FileStatus, to destination: String, inNewDirectory: Bool) -> Plan? {
+        if destination.hasSuffix("/") {
+            // "name/" that is not a directory (a directory target was resolved before).
+            reportError("cannot create regular file", destination, .notDirectory)
+            return nil
+        }
         var target = destination
         var existing: FileStatus?
         do throws(Errno) {
