@@ -71,6 +71,36 @@ struct AttributeTests {
         }
     }
 
+    @Test("-p keeps the owner and group (as root); without -p the copy is the copier's", arguments: bothBackends)
+    func preserveOwner(backend: Backend) throws {
+        guard getuid() == 0 else { try Test.cancel("not root: cannot give files away, skipping") }
+        let dir = Scratch()
+        for (name, size) in pathSizes {
+            try writeFile(dir.at(name), randomBytes(size, seed: 13))
+            guard chown(dir.at(name), nobodyID, nobodyID) == 0 else { throw TestFailure("chown") }
+        }
+        try makeDirectory(dir.at("tree"))
+        try makeSymlink(dir.at("tree/link"), to: "nowhere")
+        guard lchown(dir.at("tree/link"), nobodyID, nobodyID) == 0, chown(dir.at("tree"), nobodyID, nobodyID) == 0 else {
+            throw TestFailure("lchown")
+        }
+        try makeDirectory(dir.at("p"))
+        try makeDirectory(dir.at("plain"))
+        var result = try ringcp(["-p", "small", "large", "p"], in: dir.path, backend: backend)
+        #expect(result.status == 0, "\(result)")
+        result = try ringcp(["-rp", "tree", "p"], in: dir.path, backend: backend)
+        #expect(result.status == 0, "\(result)")
+        result = try ringcp(["small", "large", "plain"], in: dir.path, backend: backend)
+        #expect(result.status == 0, "\(result)")
+        for path in ["p/small", "p/large", "p/tree", "p/tree/link"] {
+            let s = try lstatOf(dir.at(path))
+            #expect(s.st_uid == nobodyID && s.st_gid == nobodyID, "\(path): \(s.st_uid):\(s.st_gid)")
+        }
+        for path in ["plain/small", "plain/large"] {
+            #expect(try lstatOf(dir.at(path)).st_uid == getuid(), "\(path)")
+        }
+    }
+
     @Test("without -p a new file gets the source's mode less the umask, and a new mtime", arguments: bothBackends)
     func newFileMode(backend: Backend) throws {
         let dir = Scratch()

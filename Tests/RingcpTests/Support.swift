@@ -35,6 +35,8 @@ struct Run: CustomStringConvertible {
     /// The exit status, or 128 + the signal's number when a signal ended it.
     let status: Int32
     let signaled: Bool
+    /// It did not finish in time and was killed.
+    var hung = false
     let stdout: String
     let stderr: String
 
@@ -43,7 +45,7 @@ struct Run: CustomStringConvertible {
     var outputLines: [String] { lines(stdout) }
 
     var description: String {
-        "ringcp \(arguments.joined(separator: " ")) -> \(signaled ? "signal" : "exit") \(status)\n"
+        "ringcp \(arguments.joined(separator: " ")) -> \(hung ? "hung, killed" : signaled ? "signal" : "exit") \(status)\n"
             + "stdout: \(stdout.debugDescription)\nstderr: \(stderr.debugDescription)"
     }
 }
@@ -122,15 +124,13 @@ final class Child {
     /// Sends SIGINT.
     func interrupt() { process.interrupt() }
 
-    /// Waits for the child (killing it after `timeout`) and collects what it did.
+    /// Waits for the child (killing it after `timeout`, and saying so in
+    /// `Run.hung`) and collects what it did.
     func finish(timeout: Double = 60) throws -> Run {
         let deadline = Date().addingTimeInterval(timeout)
         while process.isRunning && Date() < deadline { usleep(2_000) }
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            throw TestFailure("ringcp \(arguments) did not finish within \(timeout) s")
-        }
+        let hung = process.isRunning
+        if hung { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
         let out = (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? ""
         var err = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
@@ -146,7 +146,7 @@ final class Child {
             }
             err = lines(err).filter { !$0.hasPrefix(fallback) }.map { $0 + "\n" }.joined()
         }
-        return Run(arguments: arguments, status: status, signaled: signaled, stdout: out, stderr: err)
+        return Run(arguments: arguments, status: status, signaled: signaled, hung: hung, stdout: out, stderr: err)
     }
 }
 
@@ -154,7 +154,9 @@ final class Child {
 @discardableResult
 func ringcp(_ arguments: [String], in directory: String, backend: Backend = .ioUring, umask: mode_t? = nil,
             as user: RunAs = .current) throws -> Run {
-    try Child(arguments, in: directory, backend: backend, umask: umask, as: user).finish()
+    let run = try Child(arguments, in: directory, backend: backend, umask: umask, as: user).finish()
+    if run.hung { throw TestFailure("\(run)\ndid not finish within a minute") }
+    return run
 }
 
 /// Runs another program (cp, sha256sum) and returns its stdout; fails on a non-zero exit.
