@@ -16,7 +16,7 @@ struct AttributeTests {
     static let mtime = (seconds: 1_234_567_890, nanoseconds: 123_456_789)
 
     @Test("-p keeps odd modes and mtime to the nanosecond, on small and large files", arguments: bothBackends)
-    func preserveFiles(backend: Backend) throws {
+    func preserveFiles(backend: Backend) async throws {
         let dir = Scratch()
         try makeDirectory(dir.at("out"))
         let modes: [mode_t] = [0o751, 0o600, 0o444, 0o705, 0o1755]
@@ -32,7 +32,7 @@ struct AttributeTests {
         // A destination that exists already takes the source's mode and time too.
         try writeFile(dir.at("out/large-751"), "old", mode: 0o666)
         try writeFile(dir.at("out/small-751"), "old", mode: 0o666)
-        let run = try ringcp(["-p"] + names + ["out"], in: dir.path, backend: backend, umask: 0o077)
+        let run = try await ringcp(["-p"] + names + ["out"], in: dir.path, backend: backend, umask: 0o077)
         #expect(run.status == 0, "\(run)")
         for name in names {
             let source = try lstatOf(dir.at(name))
@@ -49,7 +49,7 @@ struct AttributeTests {
 
     @Test("-rp keeps directories' modes and mtimes (set after their contents), and symlinks' mtimes",
           arguments: bothBackends)
-    func preserveTree(backend: Backend) throws {
+    func preserveTree(backend: Backend) async throws {
         let dir = Scratch()
         try makeDirectory(dir.at("src"), mode: 0o751)
         try makeDirectory(dir.at("src/locked"), mode: 0o500)  // no write bit: filled in before its mode is set
@@ -60,7 +60,7 @@ struct AttributeTests {
                                 followingSymlinks: false)
         try setModificationTime(dir.at("src/locked"), seconds: 1_200_000_000, nanoseconds: 42)
         try setModificationTime(dir.at("src"), seconds: 1_300_000_000, nanoseconds: 500_000_000)
-        let run = try ringcp(["-rp", "src", "dst"], in: dir.path, backend: backend)
+        let run = try await ringcp(["-rp", "src", "dst"], in: dir.path, backend: backend)
         #expect(run.status == 0, "\(run)")
         for path in ["", "/locked", "/locked/f", "/link"] {
             let source = try lstatOf(dir.at("src" + path))
@@ -72,7 +72,7 @@ struct AttributeTests {
     }
 
     @Test("-p keeps the owner and group (as root); without -p the copy is the copier's", arguments: bothBackends)
-    func preserveOwner(backend: Backend) throws {
+    func preserveOwner(backend: Backend) async throws {
         guard getuid() == 0 else { try Test.cancel("not root: cannot give files away, skipping") }
         let dir = Scratch()
         for (name, size) in pathSizes {
@@ -86,11 +86,11 @@ struct AttributeTests {
         }
         try makeDirectory(dir.at("p"))
         try makeDirectory(dir.at("plain"))
-        var result = try ringcp(["-p", "small", "large", "p"], in: dir.path, backend: backend)
+        var result = try await ringcp(["-p", "small", "large", "p"], in: dir.path, backend: backend)
         #expect(result.status == 0, "\(result)")
-        result = try ringcp(["-rp", "tree", "p"], in: dir.path, backend: backend)
+        result = try await ringcp(["-rp", "tree", "p"], in: dir.path, backend: backend)
         #expect(result.status == 0, "\(result)")
-        result = try ringcp(["small", "large", "plain"], in: dir.path, backend: backend)
+        result = try await ringcp(["small", "large", "plain"], in: dir.path, backend: backend)
         #expect(result.status == 0, "\(result)")
         for path in ["p/small", "p/large", "p/tree", "p/tree/link"] {
             let s = try lstatOf(dir.at(path))
@@ -102,7 +102,7 @@ struct AttributeTests {
     }
 
     @Test("without -p a new file gets the source's mode less the umask, and a new mtime", arguments: bothBackends)
-    func newFileMode(backend: Backend) throws {
+    func newFileMode(backend: Backend) async throws {
         let dir = Scratch()
         try makeDirectory(dir.at("out"))
         var expected: [String: mode_t] = [:]
@@ -116,7 +116,7 @@ struct AttributeTests {
                 names.append(file)
             }
         }
-        let run = try ringcp(names + ["out"], in: dir.path, backend: backend, umask: 0o027)
+        let run = try await ringcp(names + ["out"], in: dir.path, backend: backend, umask: 0o027)
         #expect(run.status == 0, "\(run)")
         for name in names {
             let copy = try lstatOf(dir.at("out/" + name))
@@ -126,30 +126,30 @@ struct AttributeTests {
     }
 
     @Test("without -p the umask does not widen a mode: umask 0 gives the source's mode exactly", arguments: bothBackends)
-    func umaskZero(backend: Backend) throws {
+    func umaskZero(backend: Backend) async throws {
         let dir = Scratch()
         for (name, size) in pathSizes {
             try writeFile(dir.at(name), randomBytes(size, seed: 1), mode: 0o667)
         }
         for (name, _) in pathSizes {
-            let copy = try ringcp([name, name + "-copy"], in: dir.path, backend: backend, umask: 0)
+            let copy = try await ringcp([name, name + "-copy"], in: dir.path, backend: backend, umask: 0)
             #expect(copy.status == 0, "\(copy)")
             #expect(try permissions(dir.at(name + "-copy")) == 0o667)
         }
     }
 
     @Test("without -p an existing destination keeps its own mode (and inode with --in-place)", arguments: bothBackends)
-    func existingKeepsMode(backend: Backend) throws {
+    func existingKeepsMode(backend: Backend) async throws {
         let dir = Scratch()
         for (name, size) in pathSizes {
             try writeFile(dir.at(name), randomBytes(size, seed: 11), mode: 0o755)
             try writeFile(dir.at(name + "-dst"), "old", mode: 0o604)
             try writeFile(dir.at(name + "-inplace"), "old", mode: 0o604)
-            var run = try ringcp([name, name + "-dst"], in: dir.path, backend: backend, umask: 0o022)
+            var run = try await ringcp([name, name + "-dst"], in: dir.path, backend: backend, umask: 0o022)
             #expect(run.status == 0, "\(run)")
             #expect(try permissions(dir.at(name + "-dst")) == 0o604, "\(name)")
             #expect(try readFile(dir.at(name + "-dst")) == readFile(dir.at(name)))
-            run = try ringcp(["--in-place", name, name + "-inplace"], in: dir.path, backend: backend, umask: 0o022)
+            run = try await ringcp(["--in-place", name, name + "-inplace"], in: dir.path, backend: backend, umask: 0o022)
             #expect(run.status == 0, "\(run)")
             #expect(try permissions(dir.at(name + "-inplace")) == 0o604, "\(name) --in-place")
             #expect(try readFile(dir.at(name + "-inplace")) == readFile(dir.at(name)))

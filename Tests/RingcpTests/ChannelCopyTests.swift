@@ -15,9 +15,11 @@ import Musl
 /// only hit by chance, made deterministic.
 @Suite("ringcp's ChannelCopy")
 struct ChannelCopyTests {
-    /// Runs `copy` in a task, cancelled before or after it starts; returns
-    /// how it ended, or nil when it had not returned within `timeout`.
-    static func run(_ copy: ChannelCopy, cancelFirst: Bool, timeout: Duration = .seconds(5)) async -> String? {
+    /// Runs `copy` in a task, cancelled before it starts or (with `progress`)
+    /// once bytes are written; returns how it ended, or nil when it had not
+    /// returned within `timeout`.
+    static func run(_ copy: ChannelCopy, cancelFirst: Bool, progress: ringcp.Progress? = nil,
+                    timeout: Duration = .seconds(5)) async -> String? {
         let outcome = Mutex<String?>(nil)
         let task = Task {
             if cancelFirst { withUnsafeCurrentTask { $0?.cancel() } }
@@ -30,12 +32,14 @@ struct ChannelCopyTests {
             }
             outcome.withLock { $0 = result }
         }
-        if !cancelFirst {
-            try? await Task.sleep(for: .milliseconds(1))
-            task.cancel()
-        }
         let clock = ContinuousClock()
         let deadline = clock.now + timeout
+        if let progress {
+            while progress.bytesDone == 0 && outcome.withLock({ $0 }) == nil && clock.now < deadline {
+                try? await Task.sleep(for: .microseconds(200))
+            }
+            task.cancel()
+        }
         while clock.now < deadline {
             if let result = outcome.withLock({ $0 }) { return result }
             try? await Task.sleep(for: .milliseconds(5))
@@ -69,15 +73,18 @@ struct ChannelCopyTests {
         }
     }
 
-    @Test("cancelled while reads are in flight: returns ECANCELED, promptly")
+    @Test("cancelled once bytes are written: returns ECANCELED (or finished), promptly")
     func cancelledDuringCopy() async throws {
         let dir = Scratch()
         let size = 64 << 20
         let (input, output) = try Self.files(dir, size: size)
         defer { close(input.rawValue); close(output.rawValue) }
+        let devNull = open("/dev/null", O_WRONLY | O_CLOEXEC)
+        defer { close(devNull) }
         for _ in 0..<5 {
-            let copy = ChannelCopy(source: input, destination: output, regions: [0..<Int64(size)], progress: nil)
-            let outcome = await Self.run(copy, cancelFirst: false)
+            let progress: ringcp.Progress = .init(totalBytes: Int64(size), fd: devNull)
+            let copy = ChannelCopy(source: input, destination: output, regions: [0..<Int64(size)], progress: progress)
+            let outcome = await Self.run(copy, cancelFirst: false, progress: progress, timeout: .seconds(30))
             #expect(outcome == "failed: read errno \(ECANCELED)" || outcome == "copied", "outcome: \(outcome ?? "hung")")
         }
     }

@@ -33,12 +33,12 @@ struct FailureTests {
 
     @Test("an unwritable destination directory (0o555, run as nobody): one line per file, exit 1, nothing made",
           arguments: bothBackends)
-    func unwritableDirectory(backend: Backend) throws {
+    func unwritableDirectory(backend: Backend) async throws {
         let dir = try Self.nobodyScratch()
         try makeDirectory(dir.at("locked"), mode: 0o555)
         chown(dir.at("locked"), nobodyID, nobodyID)
         for (name, size) in pathSizes { try writeFile(dir.at(name), randomBytes(size, seed: 31)) }
-        let run = try ringcp(["small", "large", "locked"], in: dir.path, backend: backend, as: .nobody)
+        let run = try await ringcp(["small", "large", "locked"], in: dir.path, backend: backend, as: .nobody)
         #expect(run.status == 1, "\(run)")
         #expect(run.errorLines.sorted() == [
             "ringcp: cannot create regular file 'locked/large': Permission denied",
@@ -49,7 +49,7 @@ struct FailureTests {
 
     @Test("an existing file that nobody may write: refused without -f (file untouched), replaced with -f",
           arguments: bothBackends)
-    func readOnlyFileAndForce(backend: Backend) throws {
+    func readOnlyFileAndForce(backend: Backend) async throws {
         let dir = try Self.nobodyScratch()
         try makeDirectory(dir.at("d"), mode: 0o755)
         chown(dir.at("d"), nobodyID, nobodyID)
@@ -58,7 +58,7 @@ struct FailureTests {
             try writeFile(dir.at("d/" + name), "read only", mode: 0o444)
             chown(dir.at("d/" + name), nobodyID, nobodyID)
         }
-        var run = try ringcp(["small", "large", "d"], in: dir.path, backend: backend, as: .nobody)
+        var run = try await ringcp(["small", "large", "d"], in: dir.path, backend: backend, as: .nobody)
         #expect(run.status == 1, "\(run)")
         #expect(run.errorLines.sorted() == [
             "ringcp: cannot create regular file 'd/large': Permission denied",
@@ -66,7 +66,7 @@ struct FailureTests {
         ], "\(run)")
         for (name, _) in pathSizes { #expect(try textOf(dir.at("d/" + name)) == "read only") }
 
-        run = try ringcp(["-f", "small", "large", "d"], in: dir.path, backend: backend, as: .nobody)
+        run = try await ringcp(["-f", "small", "large", "d"], in: dir.path, backend: backend, as: .nobody)
         #expect(run.status == 0, "\(run)")
         for (name, _) in pathSizes {
             #expect(try readFile(dir.at("d/" + name)) == readFile(dir.at(name)), "\(name)")
@@ -77,7 +77,7 @@ struct FailureTests {
 
     @Test("a writable file in a directory that nobody may write: replaced in place with --in-place",
           arguments: bothBackends)
-    func writableFileInLockedDirectory(backend: Backend) throws {
+    func writableFileInLockedDirectory(backend: Backend) async throws {
         let dir = try Self.nobodyScratch()
         try makeDirectory(dir.at("d"), mode: 0o555)
         chown(dir.at("d"), nobodyID, nobodyID)
@@ -86,14 +86,14 @@ struct FailureTests {
             try writeFile(dir.at("d/" + name), "old", mode: 0o644)
             chown(dir.at("d/" + name), nobodyID, nobodyID)
         }
-        let run = try ringcp(["--in-place", "small", "large", "d"], in: dir.path, backend: backend, as: .nobody)
+        let run = try await ringcp(["--in-place", "small", "large", "d"], in: dir.path, backend: backend, as: .nobody)
         #expect(run.status == 0, "\(run)")
         for (name, _) in pathSizes { #expect(try readFile(dir.at("d/" + name)) == readFile(dir.at(name)), "\(name)") }
     }
 
     @Test("a file in a directory that nobody may write, the file itself writable: replaced, as cp does",
           arguments: bothBackends)
-    func writableFileInLockedDirectoryAtomic(backend: Backend) throws {
+    func writableFileInLockedDirectoryAtomic(backend: Backend) async throws {
         let dir = try Self.nobodyScratch()
         try makeDirectory(dir.at("d"), mode: 0o555)
         chown(dir.at("d"), nobodyID, nobodyID)
@@ -105,7 +105,7 @@ struct FailureTests {
                                             "/usr/bin/cp", "src", "d/src"], in: dir.path)
         #expect(try textOf(dir.at("d/src")) == "new", "cp itself could not replace it")
         try writeFile(dir.at("d/src"), "old", mode: 0o644)
-        let run = try ringcp(["src", "d"], in: dir.path, backend: backend, as: .nobody)
+        let run = try await ringcp(["src", "d"], in: dir.path, backend: backend, as: .nobody)
         // Known issue (see NOTES-cptests.md): the atomic replace needs a
         // temporary file in d, which nobody may create; ringcp gives up
         // where cp succeeds, and its message blames a file that is writable.
@@ -119,13 +119,13 @@ struct FailureTests {
 
     @Test("a source nobody may read: one line, cp's wording, naming it once; the others still copied",
           arguments: bothBackends)
-    func unreadableSource(backend: Backend) throws {
+    func unreadableSource(backend: Backend) async throws {
         let dir = try Self.nobodyScratch()
         try makeDirectory(dir.at("out"))
         chown(dir.at("out"), nobodyID, nobodyID)
         for (name, size) in pathSizes { try writeFile(dir.at(name), randomBytes(size, seed: 51), mode: 0o600) }
         try writeFile(dir.at("readable"), "readable")
-        let run = try ringcp(["small", "large", "readable", "out"], in: dir.path, backend: backend, as: .nobody)
+        let run = try await ringcp(["small", "large", "readable", "out"], in: dir.path, backend: backend, as: .nobody)
         #expect(run.status == 1, "\(run)")
         #expect(run.errorLines.count == 2, "\(run)")
         for (name, _) in pathSizes {
@@ -143,7 +143,7 @@ struct FailureTests {
     }
 
     @Test("a read-only mount: one line per file naming it, exit 1, the old files intact", arguments: bothBackends)
-    func readOnlyMount(backend: Backend) throws {
+    func readOnlyMount(backend: Backend) async throws {
         let dir = Scratch()
         try makeDirectory(dir.at("backing"))
         try writeFile(dir.at("backing/small"), "old small")
@@ -158,7 +158,7 @@ struct FailureTests {
         }
         for (name, size) in pathSizes { try writeFile(dir.at(name), randomBytes(size, seed: 34)) }
         try writeFile(dir.at("new"), "new")
-        let run = try ringcp(["small", "large", "new", "ro"], in: dir.path, backend: backend)
+        let run = try await ringcp(["small", "large", "new", "ro"], in: dir.path, backend: backend)
         #expect(run.status == 1, "\(run)")
         #expect(run.errorLines.count == 3, "\(run)")
         for name in ["small", "large", "new"] {
@@ -183,7 +183,7 @@ struct FailureTests {
 
     @Test("ENOSPC over an existing file: exit 1, one line, the old destination intact, no temporary file",
           arguments: bothBackends, ["small", "large"])
-    func noSpace(backend: Backend, path: String) throws {
+    func noSpace(backend: Backend, path: String) async throws {
         let dir = Scratch()
         let full = try Self.smallFilesystem(in: dir)
         // 1 MiB in all: the old destination and a filler leave ~100 KiB free.
@@ -192,7 +192,7 @@ struct FailureTests {
         try writeFile(full + "/filler", randomBytes(860 << 10, seed: 36))
         let size = path == "small" ? 200 << 10 : (3 << 20) + 1
         try writeFile(dir.at("src"), randomBytes(size, seed: 37))
-        let run = try ringcp(["src", full + "/dst"], in: dir.path, backend: backend)
+        let run = try await ringcp(["src", full + "/dst"], in: dir.path, backend: backend)
         #expect(run.status == 1, "\(run)")
         #expect(run.errorLines == ["ringcp: error writing '\(full)/dst': No space left on device"], "\(run)")
         #expect(try readFile(full + "/dst") == old, "the old destination changed")
@@ -201,13 +201,13 @@ struct FailureTests {
     }
 
     @Test("ENOSPC on a new file: exit 1, one line, nothing left behind", arguments: bothBackends, ["small", "large"])
-    func noSpaceNewFile(backend: Backend, path: String) throws {
+    func noSpaceNewFile(backend: Backend, path: String) async throws {
         let dir = Scratch()
         let full = try Self.smallFilesystem(in: dir)
         try writeFile(full + "/filler", randomBytes(900 << 10, seed: 38))
         let size = path == "small" ? 200 << 10 : (3 << 20) + 1
         try writeFile(dir.at("src"), randomBytes(size, seed: 39))
-        let run = try ringcp(["src", full], in: dir.path, backend: backend)
+        let run = try await ringcp(["src", full], in: dir.path, backend: backend)
         #expect(run.status == 1, "\(run)")
         #expect(run.errorLines == ["ringcp: error writing '\(full)/src': No space left on device"], "\(run)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: full) == ["filler"])

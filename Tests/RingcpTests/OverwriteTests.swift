@@ -11,7 +11,7 @@ import Musl
 @Suite("ringcp over existing files")
 struct OverwriteTests {
     @Test("-n leaves an existing file untouched (contents, inode, mtime), small and large", arguments: bothBackends)
-    func noClobber(backend: Backend) throws {
+    func noClobber(backend: Backend) async throws {
         let dir = Scratch()
         try makeDirectory(dir.at("d"))
         var names: [String] = []
@@ -24,7 +24,7 @@ struct OverwriteTests {
         try writeFile(dir.at("new"), "new file")
         let before = try names.map { try lstatOf(dir.at("d/" + $0)) }
         for arguments in [["-n"], ["--no-clobber"], ["-n", "-f"]] {
-            let run = try ringcp(arguments + names + ["new", "d"], in: dir.path, backend: backend)
+            let run = try await ringcp(arguments + names + ["new", "d"], in: dir.path, backend: backend)
             #expect(run.status == 0, "\(run)")
             #expect(run.stderr.isEmpty, "\(run)")
             for (name, old) in zip(names, before) {
@@ -41,7 +41,7 @@ struct OverwriteTests {
 
     @Test("overwriting replaces the file atomically: new contents under a new inode; old links keep the old bytes",
           arguments: bothBackends)
-    func atomicReplace(backend: Backend) throws {
+    func atomicReplace(backend: Backend) async throws {
         let dir = Scratch()
         for (name, size) in pathSizes {
             let contents = randomBytes(size, seed: 22)
@@ -50,7 +50,7 @@ struct OverwriteTests {
             let oldBytes = try readFile(dir.at(name + "-dst"))
             guard link(dir.at(name + "-dst"), dir.at(name + "-oldlink")) == 0 else { throw TestFailure("link") }
             let old = try lstatOf(dir.at(name + "-dst"))
-            let run = try ringcp([name, name + "-dst"], in: dir.path, backend: backend)
+            let run = try await ringcp([name, name + "-dst"], in: dir.path, backend: backend)
             #expect(run.status == 0, "\(run)")
             let new = try lstatOf(dir.at(name + "-dst"))
             #expect(new.st_ino != old.st_ino, "\(name): the file was written in place")
@@ -61,7 +61,7 @@ struct OverwriteTests {
     }
 
     @Test("--in-place writes into the existing inode, truncating a longer file", arguments: bothBackends)
-    func inPlace(backend: Backend) throws {
+    func inPlace(backend: Backend) async throws {
         let dir = Scratch()
         for (name, size) in pathSizes {
             let contents = randomBytes(size, seed: 24)
@@ -69,7 +69,7 @@ struct OverwriteTests {
             try writeFile(dir.at(name + "-dst"), randomBytes(size * 2 + 10, seed: 25))
             guard link(dir.at(name + "-dst"), dir.at(name + "-otherlink")) == 0 else { throw TestFailure("link") }
             let old = try lstatOf(dir.at(name + "-dst"))
-            let run = try ringcp(["--in-place", name, name + "-dst"], in: dir.path, backend: backend)
+            let run = try await ringcp(["--in-place", name, name + "-dst"], in: dir.path, backend: backend)
             #expect(run.status == 0, "\(run)")
             let new = try lstatOf(dir.at(name + "-dst"))
             #expect(new.st_ino == old.st_ino, "\(name): --in-place made a new inode")
@@ -80,21 +80,21 @@ struct OverwriteTests {
     }
 
     @Test("a copy through a symlink destination replaces the link's target and keeps the link", arguments: bothBackends)
-    func throughSymlink(backend: Backend) throws {
+    func throughSymlink(backend: Backend) async throws {
         let dir = Scratch()
         for (name, size) in pathSizes {
             let contents = randomBytes(size, seed: 26)
             try writeFile(dir.at(name), contents)
             try writeFile(dir.at(name + "-target"), "old")
             try makeSymlink(dir.at(name + "-link"), to: name + "-target")
-            let run = try ringcp([name, name + "-link"], in: dir.path, backend: backend)
+            let run = try await ringcp([name, name + "-link"], in: dir.path, backend: backend)
             #expect(run.status == 0, "\(run)")
             #expect(try lstatOf(dir.at(name + "-link")).st_mode & S_IFMT == S_IFLNK)
             #expect(try readFile(dir.at(name + "-target")) == contents)
         }
         // A dangling symlink is not written through (cp's refusal).
         try makeSymlink(dir.at("dangling"), to: "missing-target")
-        let run = try ringcp(["small", "dangling"], in: dir.path, backend: backend)
+        let run = try await ringcp(["small", "dangling"], in: dir.path, backend: backend)
         #expect(run.status == 1, "\(run)")
         #expect(run.errorLines == ["ringcp: not writing through dangling symlink 'dangling'"], "\(run)")
         #expect(!exists(dir.at("missing-target")))
@@ -102,7 +102,7 @@ struct OverwriteTests {
 
     @Test("the same file is refused: by name, through a symlink, through a hard link, into its own directory",
           arguments: bothBackends)
-    func sameFile(backend: Backend) throws {
+    func sameFile(backend: Backend) async throws {
         let dir = Scratch()
         let contents = randomBytes(5000, seed: 27)
         try writeFile(dir.at("f"), contents)
@@ -122,7 +122,7 @@ struct OverwriteTests {
             (["--in-place", "f", "hard"], "'f' and 'hard' are the same file"),
         ]
         for (arguments, message) in cases {
-            let run = try ringcp(arguments, in: dir.path, backend: backend)
+            let run = try await ringcp(arguments, in: dir.path, backend: backend)
             #expect(run.status == 1, "\(run)")
             #expect(run.errorLines == ["ringcp: " + message], "\(run)")
         }
@@ -134,12 +134,12 @@ struct OverwriteTests {
     }
 
     @Test("a missing source: one line naming it, the other sources still copied, exit 1", arguments: bothBackends)
-    func missingSource(backend: Backend) throws {
+    func missingSource(backend: Backend) async throws {
         let dir = Scratch()
         try makeDirectory(dir.at("d"))
         try writeFile(dir.at("a"), "a")
         try writeFile(dir.at("b"), randomBytes((1 << 20) + 1, seed: 29))
-        let run = try ringcp(["a", "no-such-file", "b", "d"], in: dir.path, backend: backend)
+        let run = try await ringcp(["a", "no-such-file", "b", "d"], in: dir.path, backend: backend)
         #expect(run.status == 1, "\(run)")
         #expect(run.errorLines == ["ringcp: cannot stat 'no-such-file': No such file or directory"], "\(run)")
         #expect(try textOf(dir.at("d/a")) == "a")

@@ -126,9 +126,13 @@ final class Child {
 
     /// Waits for the child (killing it after `timeout`, and saying so in
     /// `Run.hung`) and collects what it did.
-    func finish(timeout: Double = 60) throws -> Run {
+    func finished(timeout: Double = 60) async throws -> Run {
         let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning && Date() < deadline { usleep(2_000) }
+        while process.isRunning && Date() < deadline { try await Task.sleep(for: .milliseconds(2)) }
+        return try collect()
+    }
+
+    private func collect() throws -> Run {
         let hung = process.isRunning
         if hung { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
@@ -150,11 +154,12 @@ final class Child {
     }
 }
 
-/// Runs ringcp with `arguments` in `directory` and waits for it.
+/// Runs ringcp with `arguments` in `directory` and waits for it (without
+/// holding one of the few threads the tests share).
 @discardableResult
 func ringcp(_ arguments: [String], in directory: String, backend: Backend = .ioUring, umask: mode_t? = nil,
-            as user: RunAs = .current) throws -> Run {
-    let run = try Child(arguments, in: directory, backend: backend, umask: umask, as: user).finish()
+            as user: RunAs = .current) async throws -> Run {
+    let run = try await Child(arguments, in: directory, backend: backend, umask: umask, as: user).finished()
     if run.hung { throw TestFailure("\(run)\ndid not finish within a minute") }
     return run
 }

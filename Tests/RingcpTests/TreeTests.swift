@@ -43,7 +43,7 @@ func makeTree(_ root: String) throws {
 @Suite("ringcp -r")
 struct TreeTests {
     @Test("the SHA-256 here agrees with the standard's vectors and with sha256sum")
-    func sha256() throws {
+    func sha256() async throws {
         #expect(SHA256.hex([]) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
         #expect(SHA256.hex(Array("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
         #expect(SHA256.hex(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8))
@@ -59,10 +59,10 @@ struct TreeTests {
     }
 
     @Test("-r gives what cp -r gives: names, types, modes, symlink targets, bytes", arguments: bothBackends)
-    func matchesCp(backend: Backend) throws {
+    func matchesCp(backend: Backend) async throws {
         let dir = Scratch()
         try makeTree(dir.at("src"))
-        let run = try ringcp(["-r", "src", "ours"], in: dir.path, backend: backend, umask: 0o022)
+        let run = try await ringcp(["-r", "src", "ours"], in: dir.path, backend: backend, umask: 0o022)
         #expect(run.status == 0, "\(run)")
         #expect(run.stdout.isEmpty && run.stderr.isEmpty, "\(run)")
         _ = try runTool("/bin/sh", ["-c", "umask 022 && exec cp -r src theirs"], in: dir.path)
@@ -93,20 +93,20 @@ struct TreeTests {
     }
 
     @Test("-r into an existing directory puts the tree under it; -R is -r", arguments: bothBackends)
-    func intoExistingDirectory(backend: Backend) throws {
+    func intoExistingDirectory(backend: Backend) async throws {
         let dir = Scratch()
         try makeDirectory(dir.at("src"))
         try makeDirectory(dir.at("src/inner"))
         try writeFile(dir.at("src/inner/f"), "f")
         try makeDirectory(dir.at("dst"))
-        let run = try ringcp(["-R", "src", "dst"], in: dir.path, backend: backend)
+        let run = try await ringcp(["-R", "src", "dst"], in: dir.path, backend: backend)
         #expect(run.status == 0, "\(run)")
         #expect(try textOf(dir.at("dst/src/inner/f")) == "f")
     }
 
     @Test("-r merges into an existing copy, replacing files, keeping what only the destination has",
           arguments: bothBackends)
-    func mergeIntoExistingTree(backend: Backend) throws {
+    func mergeIntoExistingTree(backend: Backend) async throws {
         let dir = Scratch()
         try makeTree(dir.at("src"))
         try makeDirectory(dir.at("dst"))
@@ -115,7 +115,7 @@ struct TreeTests {
         try writeFile(dir.at("dst/sub/extra"), "only here")
         try writeFile(dir.at("dst/big.bin"), "old big")
         try makeSymlink(dir.at("dst/link-relative"), to: "somewhere-else")
-        let run = try ringcp(["-rT", "src", "dst"], in: dir.path, backend: backend)
+        let run = try await ringcp(["-rT", "src", "dst"], in: dir.path, backend: backend)
         #expect(run.status == 0, "\(run)")
         #expect(try readFile(dir.at("dst/sub/b.txt")) == readFile(dir.at("src/sub/b.txt")))
         #expect(try readFile(dir.at("dst/big.bin")) == readFile(dir.at("src/big.bin")))
@@ -126,12 +126,12 @@ struct TreeTests {
 
     @Test("a directory without -r is omitted with one line; the other sources are still copied",
           arguments: bothBackends)
-    func directoryWithoutRecursive(backend: Backend) throws {
+    func directoryWithoutRecursive(backend: Backend) async throws {
         let dir = Scratch()
         try makeDirectory(dir.at("d"))
         try makeDirectory(dir.at("t"))
         try writeFile(dir.at("f"), "file")
-        let run = try ringcp(["d", "f", "t"], in: dir.path, backend: backend)
+        let run = try await ringcp(["d", "f", "t"], in: dir.path, backend: backend)
         #expect(run.status == 1, "\(run)")
         #expect(run.errorLines == ["ringcp: -r not specified; omitting directory 'd'"], "\(run)")
         #expect(!exists(dir.at("t/d")))
@@ -139,26 +139,26 @@ struct TreeTests {
     }
 
     @Test("a directory into itself is refused")
-    func intoItself() throws {
+    func intoItself() async throws {
         let dir = Scratch()
         try makeDirectory(dir.at("d"))
         try writeFile(dir.at("d/f"), "f")
-        let run = try ringcp(["-r", "d", "d/inside"], in: dir.path)
+        let run = try await ringcp(["-r", "d", "d/inside"], in: dir.path)
         #expect(run.status == 1, "\(run)")
         #expect(run.errorLines == ["ringcp: cannot copy a directory, 'd', into itself, 'd/inside'"], "\(run)")
         #expect(!exists(dir.at("d/inside")))
     }
 
     @Test("without -r, a symlink operand is followed; with -r it is copied as a link", arguments: bothBackends)
-    func symlinkOperand(backend: Backend) throws {
+    func symlinkOperand(backend: Backend) async throws {
         let dir = Scratch()
         try writeFile(dir.at("target"), "target bytes")
         try makeSymlink(dir.at("link"), to: "target")
-        var run = try ringcp(["link", "plain"], in: dir.path, backend: backend)
+        var run = try await ringcp(["link", "plain"], in: dir.path, backend: backend)
         #expect(run.status == 0, "\(run)")
         #expect(try lstatOf(dir.at("plain")).st_mode & S_IFMT == S_IFREG)
         #expect(try textOf(dir.at("plain")) == "target bytes")
-        run = try ringcp(["-r", "link", "linkcopy"], in: dir.path, backend: backend)
+        run = try await ringcp(["-r", "link", "linkcopy"], in: dir.path, backend: backend)
         #expect(run.status == 0, "\(run)")
         #expect(try FileManager.default.destinationOfSymbolicLink(atPath: dir.at("linkcopy")) == "target")
     }
