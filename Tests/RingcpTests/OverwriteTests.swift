@@ -60,6 +60,31 @@ struct OverwriteTests {
         #expect(leftovers(in: dir.path).isEmpty, "\(leftovers(in: dir.path))")
     }
 
+    @Test("overwriting keeps the existing file's owner and group, as cp does (as root)", arguments: bothBackends)
+    func replaceKeepsOwner(backend: Backend) async throws {
+        guard getuid() == 0 else { try Test.cancel("not root: cannot give files away, skipping") }
+        let dir = Scratch()
+        var owners: [String: (uid_t, gid_t)] = [:]
+        for (name, size) in pathSizes {
+            try writeFile(dir.at(name), randomBytes(size, seed: 30))
+            try writeFile(dir.at(name + "-dst"), "old", mode: 0o640)
+            guard chown(dir.at(name + "-dst"), nobodyID, nobodyID) == 0 else { throw TestFailure("chown") }
+            let run = try await ringcp([name, name + "-dst"], in: dir.path, backend: backend)
+            #expect(run.status == 0, "\(run)")
+            #expect(try readFile(dir.at(name + "-dst")) == readFile(dir.at(name)))
+            #expect(try permissions(dir.at(name + "-dst")) == 0o640)
+            let s = try lstatOf(dir.at(name + "-dst"))
+            owners[name] = (s.st_uid, s.st_gid)
+        }
+        // Known issue (see NOTES-cptests.md): the atomic replace makes a new
+        // inode, owned by whoever runs ringcp; cp writes into the old one.
+        withKnownIssue("ringcp's atomic replace gives an existing file to the user who runs it") {
+            for (name, owner) in owners {
+                #expect(owner == (nobodyID, nobodyID), "\(name): now \(owner.0):\(owner.1)")
+            }
+        }
+    }
+
     @Test("--in-place writes into the existing inode, truncating a longer file", arguments: bothBackends)
     func inPlace(backend: Backend) async throws {
         let dir = Scratch()
