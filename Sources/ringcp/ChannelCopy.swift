@@ -74,8 +74,9 @@ final class ChannelCopy: @unchecked Sendable {
         let failure = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<CopyFailure?, Never>) in
                 queue.async { [self] in
+                    // A cancellation may have come first and finished the copy already.
                     self.continuation = continuation
-                    pump()
+                    if finished { resumeIfClosed() } else { pump() }
                 }
             }
         } onCancel: { [self] in
@@ -148,11 +149,16 @@ final class ChannelCopy: @unchecked Sendable {
     private func finish() {
         guard !finished else { return }
         finished = true
-        let (continuation, failure) = (self.continuation, self.failure)
-        self.continuation = nil
-        closed.whenBoth { continuation?.resume(returning: failure) }
+        closed.whenBoth { [self] in resumeIfClosed() }
         reader.close()
         writer.close()
+    }
+
+    /// On `queue`: once finished and both channels are closed, resumes the caller (once).
+    private func resumeIfClosed() {
+        guard finished, closed.both, let continuation else { return }
+        self.continuation = nil
+        continuation.resume(returning: failure)
     }
 
     /// Where a read's next delivered byte goes.
@@ -168,6 +174,8 @@ final class ChannelCopy: @unchecked Sendable {
     private final class Closed: @unchecked Sendable {
         private var count = 0
         private var action: (() -> Void)?
+
+        var both: Bool { count == 2 }
 
         func arrive() {
             count += 1

@@ -318,25 +318,41 @@ final class Copier: Sendable {
     /// Through `IO.copyFile`: one batch of opens, one linked chain.
     private func copySmall(_ source: String, _ status: FileStatus, _ plan: Plan) async -> Bool {
         let replace = plan.existing != nil
-        let options = IO.CopyOptions(atomically: replace && !settings.inPlace && plan.existing?.kind == .regular,
-                                     exclusive: !replace, permissions: FilePermissions(rawValue: plan.mode))
-        do throws(Errno) {
-            let bytes = try await IO.copyFile(from: FilePath(absolute(source)), to: FilePath(absolute(plan.destination)),
-                                              options: options)
-            progress?.add(Int(bytes))
-        } catch {
-            if access(source, R_OK) != 0 {
-                reportError("cannot open '\(source)' for reading:", "", error)
-            } else {
-                reportError(isWriteError(error) ? "error writing" : "cannot create regular file", plan.shownDestination, error)
+        var atomically = replace && !settings.inPlace && plan.existing?.kind == .regular
+        while true {
+            let options = IO.CopyOptions(atomically: atomically, exclusive: !replace,
+                                         permissions: FilePermissions(rawValue: plan.mode))
+            do throws(Errno) {
+                let bytes = try await IO.copyFile(from: FilePath(absolute(source)), to: FilePath(absolute(plan.destination)),
+                                                  options: options)
+                progress?.add(Int(bytes))
+                break
+            } catch where atomically && (error == .permissionDenied || error == .notPermitted)
+                            && access(source, R_OK) == 0 {
+                // No temporary file in that directory, but the file itself is writable: as cp, in place.
+                atomically = false
+            } catch {
+                if access(source, R_OK) != 0 {
+                    report("cannot open '\(source)' for reading: \(describe(error))")
+                } else {
+                    reportError(isWriteError(error) ? "error writing" : "cannot create regular file", plan.shownDestination, error)
+                }
+                return false
             }
-            return false
         }
         // The kernel applied the umask at creation; the exact mode where it differs.
-        if !settings.preserve && (plan.mode & ~umask) != plan.mode && !(replace && settings.inPlace) {
+        if !settings.preserve && (plan.mode & ~umask) != plan.mode && (atomically || !replace) {
             _ = chmod(plan.destination, plan.mode)
         }
+        if atomically, let existing = plan.existing { keepOwner(of: existing, on: plan.destination) }
         return true
+    }
+
+    /// A replaced file keeps its owner and group, as cp's in-place write does
+    /// (where the process may give them; otherwise it owns the new file).
+    private func keepOwner(of existing: FileStatus, on path: String, fd: Int32? = nil) {
+        guard existing.uid != geteuid() || existing.gid != getegid() else { return }
+        if let fd { _ = fchown(fd, existing.uid, existing.gid) } else { _ = chown(path, existing.uid, existing.gid) }
     }
 
     /// Through two random channels, into a temporary file when one exists already.
@@ -350,14 +366,20 @@ final class Copier: Sendable {
         var info = stat()
         fstat(input, &info)
         let size = Int64(info.st_size)
-        let useTemporary = plan.existing != nil && !settings.inPlace
-        let path = useTemporary ? FS.temporaryName(beside: plan.destination) : plan.destination
-        let created = useTemporary || plan.existing == nil
-        let output = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | (created ? O_EXCL : O_TRUNC), plan.mode)
+        var useTemporary = plan.existing != nil && !settings.inPlace
+        var path = useTemporary ? FS.temporaryName(beside: plan.destination) : plan.destination
+        var created = useTemporary || plan.existing == nil
+        var output = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | (created ? O_EXCL : O_TRUNC), plan.mode)
+        if output < 0 && useTemporary && (errno == EACCES || errno == EPERM) {
+            // No temporary file in that directory, but the file itself is writable: as cp, in place.
+            (useTemporary, created, path) = (false, false, plan.destination)
+            output = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_TRUNC, plan.mode)
+        }
         if output < 0 {
             reportError("cannot create regular file", plan.shownDestination, Errno(rawValue: errno))
             return false
         }
+        if useTemporary, let existing = plan.existing { keepOwner(of: existing, on: path, fd: output) }
         var closed = false
         func abandon(_ what: String, _ shown: String, _ error: Errno) -> Bool {
             if !closed { close(output) }

@@ -75,10 +75,10 @@ final class Progress: Sendable {
         if let line { emit(onTerminal ? "\r" + line + "\u{1B}[K" : line + "\n") }
     }
 
-    /// The final line, when anything was drawn (a terminal gets a newline).
+    /// The final line: always in a log; on a terminal, if a bar was drawn.
     func finish() {
         let line = state.withLock { s -> String? in
-            guard s.drawn else { return nil }
+            guard s.drawn || !onTerminal else { return nil }
             return render(s, now: Progress.now())
         }
         if let line { emit(onTerminal ? "\r" + line + "\u{1B}[K\n" : line + "\n") }

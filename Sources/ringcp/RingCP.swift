@@ -6,6 +6,7 @@ import Musl
 import ArgumentParser
 import Dispatch
 import RingIO
+import Synchronization
 
 @main
 struct RingCP: AsyncParsableCommand {
@@ -119,8 +120,11 @@ struct RingCP: AsyncParsableCommand {
         let bar = showProgress ? Progress(totalBytes: Copier.totalBytes(of: pairs.map(\.0), recursive: recursive)) : nil
         let copier = Copier(settings: settings, progress: bar)
 
+        // Signals are caught before the first byte moves.
+        let stop = StopSwitch()
+        let signals = await Interrupts.start { stop.fire() }
         let work = Task { await copier.copy(pairs) }
-        let signals = Interrupts { work.cancel() }
+        stop.attach(work)
         await work.value
         signals.stop()
         bar?.finish()
@@ -143,25 +147,56 @@ struct RingCP: AsyncParsableCommand {
     }
 }
 
-/// SIGINT, SIGTERM and SIGHUP cancel the copy (once): files being written
-/// are removed or left as they were, then ringcp exits with 130.
+/// SIGINT, SIGTERM and SIGHUP cancel the copy: files being written are
+/// removed or left as they were, then ringcp exits with 130.
 // @unchecked: `sources` is immutable after init, and a dispatch source may
 // be cancelled from any thread.
 final class Interrupts: @unchecked Sendable {
     private let sources: [any DispatchSourceSignal]
 
-    init(_ onSignal: @escaping @Sendable () -> Void) {
+    private init(_ sources: [any DispatchSourceSignal]) { self.sources = sources }
+
+    /// Returns once every handler is in place (libdispatch installs its
+    /// sigaction asynchronously; a signal before that would be lost).
+    static func start(_ onSignal: @escaping @Sendable () -> Void) async -> Interrupts {
         let queue = DispatchQueue(label: "ringcp.signals")
-        sources = [SIGINT, SIGTERM, SIGHUP].map { number in
-            signal(number, SIG_IGN)
+        let numbers = [SIGINT, SIGTERM, SIGHUP]
+        let registered = AsyncLatch(count: numbers.count)
+        let sources = numbers.map { number -> any DispatchSourceSignal in
             let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
             source.setEventHandler(handler: onSignal)
-            source.resume()
+            source.setRegistrationHandler { registered.arrive() }
             return source
         }
+        // Ignored from here on, until the sources catch them.
+        for number in numbers { signal(number, SIG_IGN) }
+        for source in sources { source.resume() }
+        await registered.wait()
+        return Interrupts(sources)
     }
 
     func stop() {
         for source in sources { source.cancel() }
+    }
+}
+
+/// Cancels the copy task once a signal came, whether the task exists yet or not.
+final class StopSwitch: Sendable {
+    private let state = Mutex<(task: Task<Void, Never>?, fired: Bool)>((nil, false))
+
+    func attach(_ task: Task<Void, Never>) {
+        let fired = state.withLock { s -> Bool in
+            s.task = task
+            return s.fired
+        }
+        if fired { task.cancel() }
+    }
+
+    func fire() {
+        let task = state.withLock { s -> Task<Void, Never>? in
+            s.fired = true
+            return s.task
+        }
+        task?.cancel()
     }
 }

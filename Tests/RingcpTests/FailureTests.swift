@@ -106,14 +106,11 @@ struct FailureTests {
         #expect(try textOf(dir.at("d/src")) == "new", "cp itself could not replace it")
         try writeFile(dir.at("d/src"), "old", mode: 0o644)
         let run = try await ringcp(["src", "d"], in: dir.path, backend: backend, as: .nobody)
-        // Known issue (see NOTES-cptests.md): the atomic replace needs a
-        // temporary file in d, which nobody may create; ringcp gives up
-        // where cp succeeds, and its message blames a file that is writable.
-        withKnownIssue("ringcp's atomic replace fails in a directory the user may not write; cp overwrites in place") {
-            let contents = try textOf(dir.at("d/src"))
-            #expect(run.status == 0, "\(run)")
-            #expect(contents == "new")
-        }
+        // The atomic replace needs a temporary file in d, which nobody may
+        // create: ringcp then writes in place, as cp does.
+        let contents = try textOf(dir.at("d/src"))
+        #expect(run.status == 0, "\(run)")
+        #expect(contents == "new")
         #expect(leftovers(in: dir.at("d")).isEmpty)
     }
 
@@ -134,12 +131,8 @@ struct FailureTests {
             #expect(!exists(dir.at("out/" + name)))
         }
         #expect(try textOf(dir.at("out/readable")) == "readable")
-        // Known issue (see NOTES-cptests.md): the small-file path prints an
-        // empty path: "cannot open 'small' for reading: '': Permission denied".
-        withKnownIssue("the small-file path's unreadable-source message has a stray ''") {
-            #expect(run.errorLines.contains("ringcp: cannot open 'small' for reading: Permission denied"), "\(run)")
-            #expect(!run.stderr.contains("''"), "\(run)")
-        }
+        #expect(run.errorLines.contains("ringcp: cannot open 'small' for reading: Permission denied"), "\(run)")
+        #expect(!run.stderr.contains("''"), "\(run)")
     }
 
     @Test("a read-only mount: one line per file naming it, exit 1, the old files intact", arguments: bothBackends)

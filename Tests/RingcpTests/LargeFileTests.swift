@@ -43,14 +43,12 @@ struct LargeFileTests {
         // leave the source's file position past it, and the random read
         // channel's offsets are relative to that position.
         let verified = try await ringcp(["--verify", "sparse", "verified"], in: dir.path, backend: backend)
-        withKnownIssue("ringcp reads a sparse file's data at offsets shifted by the file position dataRegions left") {
-            let copy = try lstatOf(dir.at("copy"))
-            #expect(copy.st_size == off_t(size), "\(name)")
-            #expect(copy.st_blocks <= source.st_blocks + 128,
-                    "\(name): the copy takes \(copy.st_blocks * 512) bytes on disk, the source \(source.st_blocks * 512)")
-            #expect(try readFile(dir.at("copy")) == expected, "\(name): the bytes differ")
-            #expect(verified.status == 0, "--verify: \(verified)")
-        }
+        let copy = try lstatOf(dir.at("copy"))
+        #expect(copy.st_size == off_t(size), "\(name)")
+        #expect(copy.st_blocks <= source.st_blocks + 128,
+                "\(name): the copy takes \(copy.st_blocks * 512) bytes on disk, the source \(source.st_blocks * 512)")
+        #expect(try readFile(dir.at("copy")) == expected, "\(name): the bytes differ")
+        #expect(verified.status == 0, "--verify: \(verified)")
         // Whatever the copy did, --verify must not let a difference pass.
         if verified.status == 0 {
             #expect(try readFile(dir.at("verified")) == expected, "--verify passed a wrong copy")
@@ -161,20 +159,9 @@ struct LargeFileTests {
                 #expect((try? lstatOf(dir.at("dst")).st_size) == off_t(size))
             }
         }
-        if moment == .midCopy {
-            check()
-        } else {
-            // Known issues (see NOTES-cptests.md), hit or not depending on
-            // scheduling: ringcp installs its SIGINT handling only after it
-            // starts the copy (a SIGINT in between kills it, leaving the
-            // temporary file); and a cancellation that reaches ChannelCopy
-            // before its run() has stored its continuation is never resumed
-            // (ringcp hangs, holding the temporary file).
-            withKnownIssue("SIGINT as a large copy starts: ringcp killed, or hung in ChannelCopy.run",
-                           isIntermittent: true) {
-                check()
-            }
-        }
+        // The early moments once found two bugs: signals handled only after
+        // the copy started, and a cancellation before ChannelCopy.run().
+        check()
     }
 }
 

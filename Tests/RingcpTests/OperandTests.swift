@@ -147,15 +147,9 @@ struct OperandTests {
         try writeFile(dir.at("f"), randomBytes(path == "small" ? 100 : (1 << 20) + 1, seed: 12))
         let run = try await ringcp(["f", "missing/"], in: dir.path, backend: backend)
         // cp: "cannot create regular file 'missing/': Not a directory", exit 1.
-        // Known issue for small files (see NOTES-cptests.md): FilePath drops
-        // the slash and IO.copyFile creates a file named 'missing', exit 0.
-        withKnownIssue("a small file copied to 'missing/' becomes the file 'missing'") {
-            #expect(run.status == 1, "\(run)")
-            #expect(!exists(dir.at("missing")), "ringcp made 'missing'")
-            #expect(run.errorLines.count == 1 && run.stderr.contains("'missing/'"), "\(run)")
-        } when: {
-            path == "small"
-        }
+        #expect(run.status == 1, "\(run)")
+        #expect(!exists(dir.at("missing")), "ringcp made 'missing'")
+        #expect(run.errorLines.count == 1 && run.stderr.contains("'missing/'"), "\(run)")
     }
 
     @Test("a file whose stat says 0 bytes but reads more (/proc): copied whole, as cp does", arguments: bothBackends)
@@ -168,11 +162,8 @@ struct OperandTests {
         let run = try await ringcp(["/proc/version", "version"], in: dir.path, backend: backend)
         #expect(run.status == 0, "\(run)")
         let copied = try textOf(dir.at("version"))
-        // Known issue (see NOTES-cptests.md): IO.copyFile's small-file path
-        // reads exactly the size stat reported, here 0 bytes.
-        withKnownIssue("IO.copyFile copies only the bytes stat counted: a /proc file comes out empty") {
-            #expect(copied == expected, "copied \(copied.utf8.count) of \(expected.utf8.count) bytes")
-        }
+        // Its stat says 0 bytes: IO.copyFile reads to find out.
+        #expect(copied == expected, "copied \(copied.utf8.count) of \(expected.utf8.count) bytes")
     }
 
     @Test("missing operands: a usage error")

@@ -76,12 +76,9 @@ struct OverwriteTests {
             let s = try lstatOf(dir.at(name + "-dst"))
             owners[name] = (s.st_uid, s.st_gid)
         }
-        // Known issue (see NOTES-cptests.md): the atomic replace makes a new
-        // inode, owned by whoever runs ringcp; cp writes into the old one.
-        withKnownIssue("ringcp's atomic replace gives an existing file to the user who runs it") {
-            for (name, owner) in owners {
-                #expect(owner == (nobodyID, nobodyID), "\(name): now \(owner.0):\(owner.1)")
-            }
+        // The atomic replace makes a new inode; it is given the old one's owner.
+        for (name, owner) in owners {
+            #expect(owner == (nobodyID, nobodyID), "\(name): now \(owner.0):\(owner.1)")
         }
     }
 

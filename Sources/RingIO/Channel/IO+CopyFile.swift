@@ -291,6 +291,25 @@ final class RequestMemory: @unchecked Sendable {
         }
     }
 
+    /// Two blocks of request memory kept alive together.
+    final class Pair: Sendable {
+        let first: RequestMemory
+        let second: RequestMemory?
+        init(_ first: RequestMemory, _ second: RequestMemory?) {
+            self.first = first
+            self.second = second
+        }
+
+        func submit(engine: IOEngine, _ operations: [IORequest.Operation], linked: Bool,
+                    _ completion: @escaping @Sendable ([Int32]) -> Void) {
+            let gather = Gather(count: operations.count, completion)
+            let requests = operations.enumerated().map { i, operation in
+                IORequest(operation, owner: self) { res in gather.set(i, res) }
+            }
+            if linked { engine.submit(linked: requests) } else { engine.submit(contentsOf: requests) }
+        }
+    }
+
     /// Submits `operations` (as one linked chain when `linked`); `completion`
     /// gets every result, on the engine's thread, once the last is in.
     func submit(engine: IOEngine, _ operations: [IORequest.Operation], linked: Bool, mayBlock: Bool = false,
@@ -354,7 +373,9 @@ struct SmallFileCopy: Sendable {
             case .failure(let error):
                 completion(.failed(error))
             case .success(let pair):
-                if pair.info.kind == .regular && pair.info.size <= Int64(IO.smallFileLimit) {
+                if pair.info.kind == .regular && pair.info.size == 0 {
+                    probe(pair.input, pair.output)
+                } else if pair.info.kind == .regular && pair.info.size <= Int64(IO.smallFileLimit) {
                     copy(pair.input, pair.output, size: Int(pair.info.size))
                 } else {
                     completion(.notSmall(pair))
@@ -363,11 +384,33 @@ struct SmallFileCopy: Sendable {
         }
     }
 
-    private func copy(_ input: Int32, _ output: Int32, size: Int) {
-        let memory = RequestMemory(paths: [paths.target] + (paths.destination.map { [$0] } ?? []), bufferSize: size)
-        let buffer = memory.buffer!
-        var chain: [IORequest.Operation] = [
-            .read(fd: input, buffer: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]), offset: 0),
+    /// A file whose stat says 0 bytes may still have some (procfs does
+    /// that): one read of up to `smallFileLimit` finds out; the rest as for
+    /// any small file, or the general path if the read fills the buffer.
+    private func probe(_ input: Int32, _ output: Int32) {
+        let memory = RequestMemory(paths: [], bufferSize: IO.smallFileLimit)
+        memory.submit(engine: engine, [.read(fd: input, buffer: memory.buffer!, offset: 0)],
+                      linked: false, mayBlock: true) { [self] results in
+            let n = results[0]
+            if n >= 0 && n < IO.smallFileLimit { return copy(input, output, size: Int(n), readFrom: memory) }
+            _ = close(input)
+            _ = close(output)
+            if createNew { _ = unlink(paths.target) }
+            completion(n < 0 ? .failed(Errno(rawValue: -n)) : .changed)
+        }
+    }
+
+    /// - Parameter readFrom: the bytes, already read (by `probe`); nil: the chain reads them.
+    private func copy(_ input: Int32, _ output: Int32, size: Int, readFrom: RequestMemory? = nil) {
+        let memory = RequestMemory(paths: [paths.target] + (paths.destination.map { [$0] } ?? []),
+                                   bufferSize: readFrom == nil ? size : nil)
+        let buffer = readFrom?.buffer ?? memory.buffer!
+        let owner = RequestMemory.Pair(memory, readFrom)
+        var chain: [IORequest.Operation] = []
+        if readFrom == nil {
+            chain.append(.read(fd: input, buffer: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]), offset: 0))
+        }
+        chain += [
             .write(fd: output, buffer: UnsafeRawBufferPointer(rebasing: buffer[0..<size]), offset: 0),
             .close(fd: input),
             .close(fd: output),
@@ -376,7 +419,9 @@ struct SmallFileCopy: Sendable {
             chain.append(.renameat(oldDirectory: AT_FDCWD, oldPath: memory.paths[0], newDirectory: AT_FDCWD,
                                    newPath: memory.paths[1], flags: noReplace ? UInt32(RENAME_NOREPLACE) : 0))
         }
-        memory.submit(engine: engine, chain, linked: true) { [paths, createNew, completion] results in
+        owner.submit(engine: engine, chain, linked: true) { [paths, createNew, completion] chainResults in
+            // As if the read were part of the chain.
+            let results = readFrom == nil ? chainResults : [Int32(size)] + chainResults
             if results.allSatisfy({ $0 >= 0 }) && results[0] == size && results[1] == size {
                 return completion(.copied(Int64(size)))
             }
