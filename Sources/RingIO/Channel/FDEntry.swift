@@ -5,6 +5,7 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+import Synchronization
 
 /// What kind of file an fd refers to, and what that means for I/O on it.
 enum FileKind: Sendable, Equatable {
@@ -105,12 +106,22 @@ final class FDEntry: @unchecked Sendable {
     let ownsDescriptor: Bool
     /// The fd has `O_APPEND`: writes go one at a time at the file position.
     let appendMode: Bool
+    /// The fd's place in an io_uring ring's registered-file table (regular
+    /// files and block devices).
+    let fixedFile: FixedFileSlot?
+    /// Set while the fd is in direct-I/O mode. Its own lock: operations read
+    /// it under the entry's.
+    private let direct: Locked<DirectAlignment?>
+    /// `POSIX_FADV_SEQUENTIAL` was given (once, by the first stream read).
+    private let advisedSequential = Atomic<Bool>(false)
 
     private let lock = PlainLock()
     private var items: [Item] = []
     private var running = 0
     private var laneBusy: (Bool, Bool) = (false, false)
     private var barrierRunning = false
+    /// A direct write with a read-modify-write runs alone, like a barrier.
+    private var exclusiveRunning = false
     private var channels = 0
     private var handlersOutstanding = 0
     private var cleanups: [Cleanup] = []
@@ -132,6 +143,24 @@ final class FDEntry: @unchecked Sendable {
         self.ownsDescriptor = ownsDescriptor
         let flags = fcntl(fd, F_GETFL)
         self.appendMode = flags >= 0 && (flags & O_APPEND) != 0
+        self.fixedFile = kind.isPositional ? FixedFileSlot(fd: fd) : nil
+        // Opened with O_DIRECT by its owner: align from the start.
+        let opened = kind.isPositional && flags >= 0 && flags & cliburing_o_direct() != 0
+        self.direct = Locked(opened ? DirectAlignment.of(fd: fd) : nil)
+    }
+
+    /// The alignment every request must have, while the fd is in direct-I/O mode.
+    var directAlignment: DirectAlignment? { direct.withLock { $0 } }
+
+    func setDirectAlignment(_ alignment: DirectAlignment?) {
+        direct.withLock { $0 = alignment }
+    }
+
+    /// Tells the kernel, once, that the file is read sequentially (it
+    /// doubles the read-ahead window).
+    func adviseSequential() {
+        guard kind == .regular, !advisedSequential.exchange(true, ordering: .relaxed) else { return }
+        _ = posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL)
     }
 
     // MARK: - the registry of fd entries
@@ -223,6 +252,7 @@ final class FDEntry: @unchecked Sendable {
     func operationFinishedIO(_ operation: ChannelOperation) {
         let (ready, cleanup) = lock.withLock { () -> ([Item], [Cleanup]?) in
             running -= 1
+            if operation.ranExclusive { exclusiveRunning = false }
             if operation.isStream && (operation.pipelineBase == nil || run.isEmpty) {
                 setLane(operation.lane, busy: false)
             }
@@ -307,7 +337,8 @@ final class FDEntry: @unchecked Sendable {
     /// Takes from `items` what may start: stream operations whose lane is
     /// free (in order), random operations, and a barrier once nothing runs.
     private func pumpLocked() -> [Item] {
-        if barrierRunning { return [] }
+        if barrierRunning || exclusiveRunning { return [] }
+        let alignment = directAlignment
         var ready: [Item] = []
         var blocked: (Bool, Bool) = (false, false)
         var i = 0
@@ -320,6 +351,16 @@ final class FDEntry: @unchecked Sendable {
                 }
                 return ready
             case .operation(let operation):
+                if let alignment, operation.needsExclusiveRun(alignment) {
+                    if i == 0 && running == 0 && ready.isEmpty {
+                        exclusiveRunning = true
+                        operation.ranExclusive = true
+                        running += 1
+                        if operation.isStream { setLane(operation.lane, busy: true) }
+                        ready.append(items.remove(at: 0))
+                    }
+                    return ready
+                }
                 if operation.isStream {
                     let lane = operation.lane
                     let isBlocked = lane == 0 ? blocked.0 : blocked.1
@@ -368,6 +409,12 @@ final class FDEntry: @unchecked Sendable {
     }
 
     private func runCleanups(_ list: [Cleanup]) {
+        // The ring's table holds the file open: empty its slot first.
+        guard let fixedFile else { return closeAndRunCleanups(list) }
+        fixedFile.release { [self] in closeAndRunCleanups(list) }
+    }
+
+    private func closeAndRunCleanups(_ list: [Cleanup]) {
         if let key {
             FDEntry.registry.withLock { entries in
                 if entries[key] === self { entries[key] = nil }
