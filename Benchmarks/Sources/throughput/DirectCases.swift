@@ -13,18 +13,19 @@
 //    DispatchIO, cp; each timed to its return and to its data being on disk
 //    (plus an fdatasync of the copy, which the direct copy barely needs).
 // 3. Range reads: 20,000 random ranges of 64 KiB – 1 MiB of a 4 GiB
-//    page-cached file, 32 in flight, each range's pages touched once, in a
+//    page-cached file, 32 in flight, every cache line of each range read, in a
 //    child process each for its peak RSS: RingIO random channel (buffered,
 //    and direct), mmap (32 threads), DispatchIO.
-// 4. Random reads, page-cached, 32 in flight, on engines with and without
-//    registered buffers and files: 4 KiB (which never use the pool's
-//    registered buffers) and 1 MiB (which do).
+// 4. Random reads, 32 in flight, on engines with no registered resources,
+//    registered files, and registered buffers and files: 4 KiB page-cached
+//    (which never use the pool's registered buffers), 1 MiB page-cached and
+//    1 MiB direct (which do).
 #if canImport(Glibc)
 import Glibc
 #endif
 import BenchSupport
 import Dispatch
-import RingIO
+@_spi(Engine) import RingIO
 import Synchronization
 import SystemPackage
 
@@ -190,7 +191,7 @@ enum DirectBench {
             }
             let labels = ["ringio": "RingIO random channel, buffered", "ringio-direct": "RingIO random channel, direct I/O",
                           "mmap": "mmap, 32 threads", "dispatchio": "DispatchIO random channel"]
-            lines.append("\n### Range reads: \(grouped(Double(o.ranges))) random ranges of 64 KiB – 1 MiB of a \(o.rangeMiB) MiB page-cached file, 32 in flight, each page touched; median of \(o.rounds)\n")
+            lines.append("\n### Range reads: \(grouped(Double(o.ranges))) random ranges of 64 KiB – 1 MiB of a \(o.rangeMiB) MiB page-cached file, 32 in flight, every cache line of each range read; median of \(o.rounds)\n")
             lines.append("| system | seconds | min – max | ÷ mmap | peak RSS MiB |")
             lines.append("|---|---:|---:|---:|---:|")
             let mmapTime = results["mmap"].map { median($0.map(\.0)) }
@@ -214,33 +215,35 @@ enum DirectBench {
             let small = randomOffsets(count: o.reads, size: size)
             let large = randomOffsets(count: max(2000, o.reads / 50), size: size - (1 << 20)).map { $0 / (1 << 20) * (1 << 20) }
             var rates: [String: [Double]] = [:]
-            let on = try engine(registered: true), off = try engine(registered: false)
+            let engines = [("none", try engine(buffers: false, files: 0)), ("files", try engine(buffers: false, files: 64)),
+                           ("buffers + files", try engine(buffers: true, files: 64))]
+            let shapes: [(String, [Int64], Int, Bool)] = [("4 KiB", small, 4096, false), ("1 MiB", large, 1 << 20, false),
+                                                          ("1 MiB direct", large, 1 << 20, true)]
             for round in 1...o.rounds {
-                let cases: [(String, IOEngine, [Int64], Int)] = [
-                    ("4 KiB, registered buffers and files", on, small, 4096),
-                    ("4 KiB, none registered", off, small, 4096),
-                    ("1 MiB, registered buffers and files", on, large, 1 << 20),
-                    ("1 MiB, none registered", off, large, 1 << 20),
-                ]
-                for (name, engine, offsets, length) in rotated(cases, round) {
+                var cases: [(String, IOEngine, [Int64], Int, Bool)] = []
+                for (shape, offsets, length, direct) in shapes {
+                    for (registered, engine) in engines { cases.append(("\(shape)|\(registered)", engine, offsets, length, direct)) }
+                }
+                for (name, engine, offsets, length, direct) in rotated(cases, round) {
                     if try residentFraction(path) < 1 { try readThrough(path) }
-                    let rate = try randomReads(path, offsets: offsets, length: length, engine: engine, timeout: timeout)
+                    let rate = try randomReads(path, offsets: offsets, length: length, direct: direct, engine: engine,
+                                               timeout: timeout)
                     rates[name, default: []].append(rate)
                     progress("round \(round) random \(name): \(grouped(rate)) reads/s")
                 }
             }
-            let stats = on.registrationStatistics
-            lines.append("\n### Random reads, page-cached, 32 in flight: registered buffers and files vs none; median of \(o.rounds)\n")
-            lines.append("| case | reads/s | min – max | registered ÷ none |")
-            lines.append("|---|---:|---:|---:|")
-            for size in ["4 KiB", "1 MiB"] {
-                for kind in ["registered buffers and files", "none registered"] {
-                    let xs = rates["\(size), \(kind)"]!
-                    let base = median(rates["\(size), none registered"]!)
-                    lines.append("| \(size), \(kind) | \(grouped(median(xs))) | \(grouped(xs.min()!)) – \(grouped(xs.max()!)) | \(fixed(median(xs) / base, 3))× |")
+            lines.append("\n### Random reads, 32 in flight (page-cached unless direct): registered buffers and files vs none; median of \(o.rounds)\n")
+            lines.append("| reads | registered | reads/s | min – max | ÷ none |")
+            lines.append("|---|---|---:|---:|---:|")
+            for (shape, _, _, _) in shapes {
+                let base = median(rates["\(shape)|none"]!)
+                for (registered, _) in engines {
+                    let xs = rates["\(shape)|\(registered)"]!
+                    lines.append("| \(shape) | \(registered) | \(grouped(median(xs))) | \(grouped(xs.min()!)) – \(grouped(xs.max()!)) | \(fixed(median(xs) / base, 3))× |")
                 }
             }
-            lines.append("\nRegistered engine: \(stats.fixedBufferRequests) READ_FIXED requests, \(stats.fixedFileRequests) by registered fd (\(stats.filesRegistered) fds registered).")
+            let stats = engines[2].1.registrationStatistics
+            lines.append("\nThe 4 KiB reads never use the pool's registered buffers (too small: they read into exactly sized allocations). Buffers + files engine: \(stats.fixedBufferRequests) READ_FIXED requests, \(stats.fixedFileRequests) by registered fd.")
         }
 
         print("\n## RingIO direct I/O and registered resources\n")
@@ -262,10 +265,10 @@ enum DirectBench {
         return write(fd, "3\n", 2) == 2
     }
 
-    static func engine(registered: Bool) throws -> IOEngine {
+    static func engine(buffers: Bool, files: Int) throws -> IOEngine {
         var configuration = IOEngine.Configuration()
-        configuration.registersBuffers = registered
-        configuration.registeredFileSlots = registered ? 64 : 0
+        configuration.registersBuffers = buffers
+        configuration.registeredFileSlots = files
         return try IOEngine(configuration: configuration)
     }
 
@@ -326,10 +329,12 @@ enum DirectBench {
         try closed.wait("RingIO copy: writer closed", timeout: timeout)
     }
 
-    static func randomReads(_ path: String, offsets: [Int64], length: Int, engine: IOEngine, timeout: Double) throws -> Double {
+    static func randomReads(_ path: String, offsets: [Int64], length: Int, direct: Bool, engine: IOEngine,
+                            timeout: Double) throws -> Double {
         let queue = IOQueue(label: "direct.random")
         let channel = try IOChannel(kind: .random, path: FilePath(path), mode: .readOnly, queue: queue, engine: engine)
         defer { channel.close() }
+        if direct { channel.setDirectIO(.required) }
         let loop = RangeLoop(count: offsets.count) { i, finished in
             let tally = Tally()
             channel.read(offset: offsets[i], length: length, queue: queue) { done, data, error in
@@ -354,12 +359,15 @@ enum DirectBench {
         }
     }
 
-    /// Touches one byte per page of `chunk`, as a consumer of the bytes would.
+    /// Reads one byte per 64-byte cache line of `chunk`: every line of the
+    /// range comes into the CPU, as for a consumer that parses or checksums
+    /// it. (One byte per page would favour mmap unfairly: with fault-around
+    /// a mapped page can be touched without its bytes ever being read.)
     static func touch(_ chunk: DataChunk) -> Int {
         var sum = 0
         chunk.apply { _, _, bytes in
             var i = 0
-            while i < bytes.count { sum &+= Int(bytes[i]); i += 4096 }
+            while i < bytes.count { sum &+= Int(bytes[i]); i += 64 }
             return true
         }
         return sum
@@ -397,7 +405,10 @@ enum DirectBench {
         let loop = RangeLoop(count: list.count) { i, finished in
             let seen = Tally()
             channel.read(offset: list[i].offset, length: list[i].length, queue: queue) { done, data, error in
-                if let data { _ = touch(data); seen.add(data.count) }
+                if let data {
+                    if touch(data) == 42 { progress("") }  // keeps the loads
+                    seen.add(data.count)
+                }
                 if done { finished(seen.bytes == list[i].length && error == nil ? nil : "range \(i): \(seen.bytes) bytes") }
             }
         }
@@ -414,12 +425,11 @@ enum DirectBench {
             channel.read(offset: off_t(list[i].offset), length: list[i].length, queue: queue) { done, data, error in
                 if let data {
                     var sum = 0
-                    data.regions.forEach { region in
-                        region.withUnsafeBytes { (bytes: UnsafeRawBufferPointer) in
-                            var j = 0
-                            while j < bytes.count { sum &+= Int(bytes[j]); j += 4096 }
-                        }
+                    data.enumerateBytes { bytes, _, _ in
+                        var j = 0
+                        while j < bytes.count { sum &+= Int(bytes[j]); j += 64 }
                     }
+                    if sum == 42 { progress("") }  // keeps the loads
                     seen.add(data.count)
                 }
                 if done { finished(seen.bytes == list[i].length && error == 0 ? nil : "range \(i): \(seen.bytes) bytes, errno \(error)") }
@@ -445,7 +455,7 @@ enum DirectBench {
                 guard i < list.count else { break }
                 var j = Int(list[i].offset)
                 let end = j + list[i].length
-                while j < end { sum &+= Int(bytes.load(fromByteOffset: j, as: UInt8.self)); j += 4096 }
+                while j < end { sum &+= Int(bytes.load(fromByteOffset: j, as: UInt8.self)); j += 64 }
             }
             if sum == 42 { progress("") }  // keeps the loads
         }

@@ -101,16 +101,20 @@ final class ReadBuffer: DataChunk.Storage, @unchecked Sendable {
     /// The buffer's index in the rings' registered-buffer tables, if it has one.
     let registered: RegisteredBuffer?
 
-    /// `alignment`: of an allocation outside the pool (direct I/O); the
-    /// pool's buffers are page-aligned.
+    /// A request of at least an eighth of the pool's buffer size reads into
+    /// a pooled buffer (already faulted in, perhaps registered); a smaller one
+    /// into an exactly sized allocation (`alignment`: for direct I/O; the
+    /// pool's buffers are page-aligned).
     init(capacity: Int, pool: BufferPool?, alignment: Int = 0) {
-        let usePool = pool.map { capacity == $0.bufferSize } ?? false
-        self.pool = usePool ? pool : nil
+        var taken: (UnsafeMutableRawPointer, Int32)?
+        if let pool, capacity <= pool.bufferSize && capacity >= pool.bufferSize / 8 && alignment <= 4096 {
+            taken = pool.take()
+        }
+        self.pool = taken == nil ? nil : pool
         let pointer: UnsafeMutableRawPointer
-        if usePool {
-            let (p, slot) = pool!.take()
+        if let (p, slot) = taken {
             pointer = p
-            registered = slot >= 0 ? RegisteredBuffer(index: slot, base: p, length: capacity) : nil
+            registered = slot >= 0 ? RegisteredBuffer(index: slot, base: p, length: pool!.bufferSize) : nil
         } else if alignment > 0 {
             var p: UnsafeMutableRawPointer?
             let rc = posix_memalign(&p, Swift.max(alignment, MemoryLayout<Int>.size), Swift.max(capacity, 1))

@@ -351,8 +351,7 @@ final class ChannelOperation: @unchecked Sendable {
             switch direction {
             case .read:
                 if queuedBytes + slots.count * requestSize >= options.bufferLimit { return out }
-                let buffer = ReadBuffer(capacity: size, pool: size == IOChannel.chunkSize ? BufferPool.shared : nil,
-                                        alignment: direct?.memory ?? 0)
+                let buffer = ReadBuffer(capacity: size, pool: BufferPool.shared, alignment: direct?.memory ?? 0)
                 slot = Slot(start: issued, size: size, buffer: buffer, piece: .empty)
             case .write:
                 if let direct {
@@ -466,7 +465,7 @@ final class ChannelOperation: @unchecked Sendable {
            piece.withUnsafeBytes({ Int(bitPattern: $0.baseAddress) % alignment.memory == 0 }) {
             return Slot(start: start, size: size, buffer: nil, piece: piece)
         }
-        let buffer = ReadBuffer(capacity: size, pool: size == IOChannel.chunkSize ? BufferPool.shared : nil,
+        let buffer = ReadBuffer(capacity: size, pool: BufferPool.shared,
                                 alignment: alignment.memory)
         let slot = Slot(start: start, size: size, buffer: buffer, piece: piece)
         if partial && fileBase + Int64(start) < lengthAtStart {
