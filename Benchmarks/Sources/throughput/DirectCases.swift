@@ -103,6 +103,8 @@ enum DirectBench {
                 if let fio {
                     readCases.append(("fio io_uring --direct=1, 8 × 1 MiB", { try fio.coldRead(workspace.source, size: size, direct: true, timeout: timeout) }))
                     readCases.append(("fio io_uring buffered, 8 × 1 MiB", { try fio.coldRead(workspace.source, size: size, direct: false, timeout: timeout) }))
+                    // What POSIX_FADV_SEQUENTIAL (fio's default hint, and RingIO's on stream reads) is worth.
+                    readCases.append(("fio io_uring buffered, no fadvise hint", { try fio.coldRead(workspace.source, size: size, direct: false, hint: false, timeout: timeout) }))
                 }
                 for (name, measure) in rotated(readCases, round) {
                     if canDrop { _ = dropCaches() }
@@ -496,9 +498,11 @@ final class RangeLoop: Sendable {
 
 extension Fio {
     /// A sequential read of the whole (cold) file, 1 MiB blocks, 8 in flight.
-    func coldRead(_ path: String, size: Int, direct: Bool, timeout: Double) throws -> Double {
+    /// `hint`: fio's default fadvise hint (POSIX_FADV_SEQUENTIAL), or none.
+    func coldRead(_ path: String, size: Int, direct: Bool, hint: Bool = true, timeout: Double) throws -> Double {
         let argv = [executable, "--name=cold", "--filename=\(path)", "--ioengine=io_uring", "--direct=\(direct ? 1 : 0)",
-                    "--invalidate=0", "--rw=read", "--bs=1M", "--iodepth=8", "--size=\(size)", "--minimal"]
+                    "--invalidate=0", "--rw=read", "--bs=1M", "--iodepth=8", "--size=\(size)", "--minimal",
+                    "--fadvise_hint=\(hint ? 1 : 0)"]
         let result = try spawn(argv, timeout: timeout)
         guard result.exitedCleanly else { throw BenchError("fio: \(result.statusDescription)") }
         // --minimal (terse v3): field 7 is the read bandwidth in KiB/s.

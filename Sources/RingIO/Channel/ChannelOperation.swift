@@ -84,18 +84,28 @@ final class ChannelOperation: @unchecked Sendable {
     var isPipelinableWrite: Bool {
         isStream && direction == .write && settings.interval == nil
             && length <= Swift.min(IOChannel.chunkSize, Swift.max(settings.high, 4096))
-            && entry.map { $0.kind.isPositional && !$0.appendMode && $0.directAlignment == nil } ?? false
+            && entry.map { entry in
+                entry.kind.isPositional && !entry.appendMode
+                    // Direct I/O: whole blocks only (the entry checks the position).
+                    && entry.directAlignment.map { length % $0.offset == 0 } ?? true
+            } ?? false
     }
 
     /// A write in direct-I/O mode that may read-modify-write a block (a
-    /// stream write, whose position is known only when it starts, or a
-    /// random write with an unaligned end): it runs alone on its entry.
-    /// Asked by the entry, under its lock, before the operation starts.
-    func needsExclusiveRun(_ alignment: DirectAlignment) -> Bool {
+    /// random write with an unaligned end, or a stream write that would not
+    /// start and end aligned at `streamPosition`, or whose position is not
+    /// known yet): it runs alone on its entry. Asked by the entry, under its
+    /// lock, before the operation starts.
+    func needsExclusiveRun(_ alignment: DirectAlignment, streamPosition: Int64?) -> Bool {
         guard direction == .write else { return false }
-        if isStream { return true }
         let a = Int64(alignment.offset)
-        let start = channelBase &+ userOffset
+        let start: Int64
+        if isStream {
+            guard let streamPosition else { return true }
+            start = streamPosition
+        } else {
+            start = channelBase &+ userOffset
+        }
         return start % a != 0 || (start &+ Int64(length)) % a != 0
     }
 

@@ -294,7 +294,7 @@ final class FDEntry: @unchecked Sendable {
     /// into the entry with its own lock held).
     func pipelinedWriteEnded(_ operation: ChannelOperation, succeeded: Bool,
                              endPosition: Int64) -> [(ChannelOperation, Bool)] {
-        let (out, position) = lock.withLock { () -> ([(ChannelOperation, Bool)], Int64?) in
+        lock.withLock { () -> [(ChannelOperation, Bool)] in
             operation.pipelineResult = (succeeded, endPosition)
             var out: [(ChannelOperation, Bool)] = []
             while let head = run.first, let result = head.pipelineResult {
@@ -307,12 +307,14 @@ final class FDEntry: @unchecked Sendable {
                     if !result.succeeded { runBroken = true }
                 }
             }
-            guard run.isEmpty else { return (out, nil) }
+            guard run.isEmpty else { return out }
             runBroken = false
-            return (out, positionAfterRun)
+            // Under the lock: an earlier write of the run may be in
+            // `operationFinishedIO` on another thread (thread pool), freeing
+            // the lane; the next stream operation must find the position set.
+            _ = lseek(fd, off_t(positionAfterRun), SEEK_SET)
+            return out
         }
-        if let position { _ = lseek(fd, off_t(position), SEEK_SET) }
-        return out
     }
 
     /// A channel of this entry closed; its cleanup runs once every channel
@@ -351,7 +353,7 @@ final class FDEntry: @unchecked Sendable {
                 }
                 return ready
             case .operation(let operation):
-                if let alignment, operation.needsExclusiveRun(alignment) {
+                if let alignment, directWriteNeedsExclusiveLocked(operation, alignment) {
                     if i == 0 && running == 0 && ready.isEmpty {
                         exclusiveRunning = true
                         operation.ranExclusive = true
@@ -395,6 +397,22 @@ final class FDEntry: @unchecked Sendable {
             }
         }
         return ready
+    }
+
+    /// With the lock held: whether a write in direct-I/O mode must run alone
+    /// (`ChannelOperation.needsExclusiveRun`). A stream write joining the
+    /// running pipelined writes starts where they end; one on a free lane at
+    /// the file position; one behind a busy lane is treated as unaligned.
+    private func directWriteNeedsExclusiveLocked(_ operation: ChannelOperation, _ alignment: DirectAlignment) -> Bool {
+        guard operation.direction == .write else { return false }
+        guard operation.isStream else { return operation.needsExclusiveRun(alignment, streamPosition: nil) }
+        let position: Int64?
+        if !run.isEmpty {
+            position = operation.isPipelinableWrite && run.count < Self.maxPipelinedWrites ? runPosition : nil
+        } else {
+            position = laneIsBusy(operation.lane) ? nil : Int64(lseek(fd, 0, SEEK_CUR))
+        }
+        return operation.needsExclusiveRun(alignment, streamPosition: position)
     }
 
     /// With the lock held: if no channel is open and nothing is left to run
