@@ -110,6 +110,7 @@ final class ChannelOperation: @unchecked Sendable {
     }
 
     static let maxInFlight = 4
+    static let maxDirectInFlight = 8
     static let maxBufferedBytes = 8 * IOChannel.chunkSize
 
     let direction: Direction
@@ -288,6 +289,10 @@ final class ChannelOperation: @unchecked Sendable {
                 let alignment = positional ? entry.directAlignment : nil
                 if let alignment {
                     alignToBlocksLocked(alignment)
+                    // The device, not a copy, bounds a direct read: more
+                    // requests in flight keep it busy (fio's ceiling here
+                    // needs 8). Still within `bufferLimit`.
+                    if direction == .read && inFlightLimit > 1 { inFlightLimit = Self.maxDirectInFlight }
                 } else if settings.directIO == .required {
                     end = .failed(.invalidArgument)
                 } else if isStream && direction == .read && positional {
