@@ -103,7 +103,8 @@ enum DirectBench {
                 if let fio {
                     readCases.append(("fio io_uring --direct=1, 8 × 1 MiB", { try fio.coldRead(workspace.source, size: size, direct: true, timeout: timeout) }))
                     readCases.append(("fio io_uring buffered, 8 × 1 MiB", { try fio.coldRead(workspace.source, size: size, direct: false, timeout: timeout) }))
-                    // What POSIX_FADV_SEQUENTIAL (fio's default hint, and RingIO's on stream reads) is worth.
+                    // What POSIX_FADV_SEQUENTIAL (fio's default hint) is worth: RingIO does not give it,
+                    // as it made cold buffered reads slower here (see NOTES-direct.md).
                     readCases.append(("fio io_uring buffered, no fadvise hint", { try fio.coldRead(workspace.source, size: size, direct: false, hint: false, timeout: timeout) }))
                 }
                 for (name, measure) in rotated(readCases, round) {

@@ -295,8 +295,6 @@ final class ChannelOperation: @unchecked Sendable {
                     if direction == .read && inFlightLimit > 1 { inFlightLimit = Self.maxDirectInFlight }
                 } else if settings.directIO == .required {
                     end = .failed(.invalidArgument)
-                } else if isStream && direction == .read && positional {
-                    entry.adviseSequential()
                 }
             }
             if end == nil {

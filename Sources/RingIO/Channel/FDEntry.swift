@@ -5,7 +5,6 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
-import Synchronization
 
 /// What kind of file an fd refers to, and what that means for I/O on it.
 enum FileKind: Sendable, Equatable {
@@ -112,8 +111,6 @@ final class FDEntry: @unchecked Sendable {
     /// Set while the fd is in direct-I/O mode. Its own lock: operations read
     /// it under the entry's.
     private let direct: Locked<DirectAlignment?>
-    /// `POSIX_FADV_SEQUENTIAL` was given (once, by the first stream read).
-    private let advisedSequential = Atomic<Bool>(false)
 
     private let lock = PlainLock()
     private var items: [Item] = []
@@ -156,12 +153,6 @@ final class FDEntry: @unchecked Sendable {
         direct.withLock { $0 = alignment }
     }
 
-    /// Tells the kernel, once, that the file is read sequentially (it
-    /// doubles the read-ahead window).
-    func adviseSequential() {
-        guard kind == .regular, !advisedSequential.exchange(true, ordering: .relaxed) else { return }
-        _ = posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL)
-    }
 
     // MARK: - the registry of fd entries
 
