@@ -20,6 +20,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
+#include <linux/fs.h>
 
 static inline unsigned cliburing_iosqe_fixed_file(void) { return IOSQE_FIXED_FILE; }
 static inline unsigned cliburing_iosqe_io_drain(void) { return IOSQE_IO_DRAIN; }
@@ -83,6 +85,21 @@ static inline int cliburing_sized_pipe(int fds[2], int size) {
 }
 
 static inline int cliburing_errno(void) { return errno; }
+
+/// AT_EMPTY_PATH (glibc defines it only under _GNU_SOURCE).
+static inline int cliburing_at_empty_path(void) { return 0x1000; /* AT_EMPTY_PATH */ }
+
+/// O_DIRECT (glibc defines it only under _GNU_SOURCE).
+static inline int cliburing_o_direct(void) { return __O_DIRECT; }
+
+/// The logical block size of a block device (BLKSSZGET), or -errno.
+static inline int cliburing_logical_block_size(int fd) {
+    int size = 0;
+    return ioctl(fd, BLKSSZGET, &size) == 0 ? size : -errno;
+}
+
+/// Sets IOSQE_FIXED_FILE on a prepared SQE whose fd is an index into the registered-file table.
+static inline void cliburing_sqe_use_fixed_file(struct io_uring_sqe *sqe) { sqe->flags |= IOSQE_FIXED_FILE; }
 
 /// Names the calling thread (what ps, top and gdb show); at most 15 bytes are kept.
 static inline void cliburing_set_thread_name(const char *name) { prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0); }

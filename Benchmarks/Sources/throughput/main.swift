@@ -25,6 +25,11 @@ import Glibc
 #endif
 import BenchSupport
 
+// `throughput direct ...`: cold-cache, range-read and registered-resource cases (DirectCases.swift).
+if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "direct" {
+    DirectBench.main(Array(CommandLine.arguments.dropFirst(2)))
+}
+
 // MARK: - child process: one copy, timed and measured from the inside
 
 if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "child" {

@@ -18,34 +18,68 @@ import Musl
 /// of it (a short pipe or socket read, the tail of a file) is copied into an
 /// exactly sized allocation and the buffer goes straight back to the pool:
 /// a few bytes never pin a megabyte.
+///
+/// Registered buffers: the first `registrableCount` buffers of the shared
+/// pool are permanent (kept when idle, never freed), so each has a fixed
+/// index that every io_uring ring can register once and use for
+/// `READ_FIXED`/`WRITE_FIXED` (see `RingTables`). The pool hands those out
+/// first; the others are ordinary. A buffer, permanent or not, is handed out
+/// again only after `give`, which its last `DataChunk` region triggers.
 final class BufferPool: Sendable {
+    /// Permanent (registrable) buffers of the shared pool.
+    static let registrableCount = 32
+
     let bufferSize: Int
     let maximumIdle: Int
-    private let idle: Locked<[UnsafeMutableRawPointer]>
+    private let permanentLimit: Int
 
-    init(bufferSize: Int, maximumIdle: Int) {
+    private struct State {
+        var idlePermanent: [Int32] = []
+        var permanent: [UnsafeMutableRawPointer] = []
+        var idle: [UnsafeMutableRawPointer] = []
+    }
+    private let state: Locked<State>
+
+    init(bufferSize: Int, maximumIdle: Int, permanent: Int = 0) {
         self.bufferSize = bufferSize
         self.maximumIdle = maximumIdle
-        self.idle = Locked([])
+        self.permanentLimit = permanent
+        self.state = Locked(State())
     }
 
     /// The pool for the channels' 1 MiB requests.
-    static let shared = BufferPool(bufferSize: IOChannel.chunkSize, maximumIdle: 32)
+    static let shared = BufferPool(bufferSize: IOChannel.chunkSize, maximumIdle: 32, permanent: registrableCount)
 
-    /// A buffer of `bufferSize` bytes, reused when one is idle.
-    func take() -> UnsafeMutableRawPointer {
-        if let p = idle.withLock({ $0.popLast() }) { return p }
+    /// A buffer of `bufferSize` bytes, reused when one is idle, with its
+    /// permanent index (`-1` for an ordinary buffer).
+    func take() -> (UnsafeMutableRawPointer, Int32) {
+        let reused = state.withLock { s -> (UnsafeMutableRawPointer, Int32)? in
+            if let slot = s.idlePermanent.popLast() { return (s.permanent[Int(slot)], slot) }
+            if let p = s.idle.popLast() { return (p, -1) }
+            return nil
+        }
+        if let reused { return reused }
         var p: UnsafeMutableRawPointer?
         let rc = posix_memalign(&p, 4096, bufferSize)
         precondition(rc == 0 && p != nil, "RingIO: out of memory allocating a \(bufferSize)-byte buffer")
-        return p!
+        return state.withLock { s in
+            if s.permanent.count < permanentLimit {
+                s.permanent.append(p!)
+                return (p!, Int32(s.permanent.count - 1))
+            }
+            return (p!, -1)
+        }
     }
 
-    /// Gives a buffer back.
-    func give(_ p: UnsafeMutableRawPointer) {
-        let keep = idle.withLock { list -> Bool in
-            if list.count < maximumIdle {
-                list.append(p)
+    /// Gives a buffer back (`slot`: what `take` returned with it).
+    func give(_ p: UnsafeMutableRawPointer, slot: Int32) {
+        let keep = state.withLock { s -> Bool in
+            if slot >= 0 {
+                s.idlePermanent.append(slot)
+                return true
+            }
+            if s.idle.count < maximumIdle {
+                s.idle.append(p)
                 return true
             }
             return false
@@ -64,17 +98,39 @@ final class BufferPool: Sendable {
 // that the bytes are never written again.
 final class ReadBuffer: DataChunk.Storage, @unchecked Sendable {
     let pool: BufferPool?
+    /// The buffer's index in the rings' registered-buffer tables, if it has one.
+    let registered: RegisteredBuffer?
 
-    init(capacity: Int, pool: BufferPool?) {
-        let usePool = pool.map { capacity == $0.bufferSize } ?? false
-        self.pool = usePool ? pool : nil
-        let pointer = usePool ? pool!.take() : malloc(Swift.max(capacity, 1))!
+    /// A request of at least an eighth of the pool's buffer size reads into
+    /// a pooled buffer (already faulted in, perhaps registered); a smaller one
+    /// into an exactly sized allocation (`alignment`: for direct I/O; the
+    /// pool's buffers are page-aligned).
+    init(capacity: Int, pool: BufferPool?, alignment: Int = 0) {
+        var taken: (UnsafeMutableRawPointer, Int32)?
+        if let pool, capacity <= pool.bufferSize && capacity >= pool.bufferSize / 8 && alignment <= 4096 {
+            taken = pool.take()
+        }
+        self.pool = taken == nil ? nil : pool
+        let pointer: UnsafeMutableRawPointer
+        if let (p, slot) = taken {
+            pointer = p
+            registered = slot >= 0 ? RegisteredBuffer(index: slot, base: p, length: pool!.bufferSize) : nil
+        } else if alignment > 0 {
+            var p: UnsafeMutableRawPointer?
+            let rc = posix_memalign(&p, Swift.max(alignment, MemoryLayout<Int>.size), Swift.max(capacity, 1))
+            precondition(rc == 0 && p != nil, "RingIO: out of memory allocating a \(capacity)-byte buffer")
+            pointer = p!
+            registered = nil
+        } else {
+            pointer = malloc(Swift.max(capacity, 1))!
+            registered = nil
+        }
         super.init(bytes: UnsafeRawBufferPointer(start: pointer, count: capacity), deallocator: .none)
     }
 
     deinit {
         let pointer = UnsafeMutableRawPointer(mutating: bytes.baseAddress!)
-        if let pool { pool.give(pointer) } else { free(pointer) }
+        if let pool { pool.give(pointer, slot: registered?.index ?? -1) } else { free(pointer) }
     }
 
     /// Where a request writes.
@@ -85,10 +141,17 @@ final class ReadBuffer: DataChunk.Storage, @unchecked Sendable {
     /// it goes back to the pool as soon as the request's slot lets go of it;
     /// otherwise the chunk refers to this buffer (no copy).
     func chunk(count: Int) -> DataChunk {
-        guard count > 0 else { return .empty }
-        if let pool, count < pool.bufferSize / 8 {
-            return DataChunk(copying: UnsafeRawBufferPointer(start: bytes.baseAddress, count: count))
+        chunk(range: 0..<count)
+    }
+
+    /// A chunk of the bytes in `range` (direct I/O delivers the part of the
+    /// aligned blocks the user asked for), on the same terms.
+    func chunk(range: Range<Int>) -> DataChunk {
+        guard !range.isEmpty else { return .empty }
+        if let pool, range.count < pool.bufferSize / 8 {
+            return DataChunk(copying: UnsafeRawBufferPointer(start: bytes.baseAddress! + range.lowerBound,
+                                                             count: range.count))
         }
-        return DataChunk(storage: self, range: 0..<count)
+        return DataChunk(storage: self, range: range)
     }
 }

@@ -154,6 +154,19 @@ final class ChannelCore: @unchecked Sendable {
         }
     }
 
+    func setDirectMode(_ mode: IOChannel.DirectIO) {
+        lock.withLock { settings.directIO = mode }
+    }
+
+    /// The entry of an open channel.
+    var currentEntry: FDEntry? {
+        lock.withLock {
+            if closed { return nil }
+            if case .entry(let entry, _) = target { return entry }
+            return nil
+        }
+    }
+
     var fileDescriptor: FileDescriptor? {
         lock.withLock {
             if closed { return nil }

@@ -13,6 +13,9 @@ struct ChannelSettings: Sendable {
     var low: Int?
     var interval: Duration?
     var strictInterval = false
+    /// `IOChannel.setDirectIO`: with `.required`, an operation on a file
+    /// not in direct-I/O mode fails with `EINVAL`.
+    var directIO: IOChannel.DirectIO = .off
 
     /// The most bytes one handler call delivers: the high-water mark, and
     /// with the default low-water mark on files, one chunk.
@@ -81,10 +84,33 @@ final class ChannelOperation: @unchecked Sendable {
     var isPipelinableWrite: Bool {
         isStream && direction == .write && settings.interval == nil
             && length <= Swift.min(IOChannel.chunkSize, Swift.max(settings.high, 4096))
-            && entry.map { $0.kind.isPositional && !$0.appendMode } ?? false
+            && entry.map { entry in
+                entry.kind.isPositional && !entry.appendMode
+                    // Direct I/O: whole blocks only (the entry checks the position).
+                    && entry.directAlignment.map { length % $0.offset == 0 } ?? true
+            } ?? false
+    }
+
+    /// A write in direct-I/O mode that may read-modify-write a block (a
+    /// random write with an unaligned end, or a stream write that would not
+    /// start and end aligned at `streamPosition`, or whose position is not
+    /// known yet): it runs alone on its entry. Asked by the entry, under its
+    /// lock, before the operation starts.
+    func needsExclusiveRun(_ alignment: DirectAlignment, streamPosition: Int64?) -> Bool {
+        guard direction == .write else { return false }
+        let a = Int64(alignment.offset)
+        let start: Int64
+        if isStream {
+            guard let streamPosition else { return true }
+            start = streamPosition
+        } else {
+            start = channelBase &+ userOffset
+        }
+        return start % a != 0 || (start &+ Int64(length)) % a != 0
     }
 
     static let maxInFlight = 4
+    static let maxDirectInFlight = 8
     static let maxBufferedBytes = 8 * IOChannel.chunkSize
 
     let direction: Direction
@@ -108,6 +134,8 @@ final class ChannelOperation: @unchecked Sendable {
     var pipelineBase: Int64?
     /// How a pipelined write ended: read and written only under the entry's lock.
     var pipelineResult: (succeeded: Bool, endPosition: Int64)?
+    /// The entry ran this operation alone (`needsExclusiveRun`); entry's lock.
+    var ranExclusive = false
 
     private enum End {
         case complete, endOfFile, failed(Errno)
@@ -131,10 +159,14 @@ final class ChannelOperation: @unchecked Sendable {
         var endOfFile = false
         var error: Errno?
         var request: IORequest?
+        /// Reads: where the bytes land. Direct writes: the aligned copy of
+        /// the bytes (and of a read-modify-write's block).
         let buffer: ReadBuffer?
-        /// Writes: the bytes of this slot.
+        /// Writes: the bytes of this slot (of the user's range).
         let piece: DataChunk
         var iovecs: UnsafeMutablePointer<iovec>?
+        /// A direct write's block is being read, for a read-modify-write.
+        var prefill = false
 
         init(start: Int, size: Int, buffer: ReadBuffer?, piece: DataChunk) {
             self.start = start
@@ -153,7 +185,23 @@ final class ChannelOperation: @unchecked Sendable {
     private var positional = false
     private var inFlightLimit = 1
     private var requestSize = IOChannel.chunkSize
+    /// Where the I/O range starts in the file.
     private var fileBase: Int64 = 0
+    /// Direct I/O: the alignment requests keep (`nil`: buffered). The I/O
+    /// range is then the user's range rounded out to it: `ioHead` bytes
+    /// before the user's first byte, `ioLength` bytes in all; slots and
+    /// `issued` count I/O bytes, `transferred` the user's bytes.
+    private var direct: DirectAlignment?
+    private var ioHead = 0
+    private var ioLength = 0
+    /// Where the user's range ends, in I/O bytes (`Int.max` for "to EOF").
+    private var userEnd = 0
+    /// A direct write read a block past the end of file: the length the
+    /// file must have afterwards.
+    private var restoreLength: Int64?
+    /// A direct write with partial blocks: the file's length when it started
+    /// (a block wholly past it needs no read).
+    private var lengthAtStart: Int64 = .max
     private var slots: [Slot] = []
     private var issued = 0
     private var transferred = 0
@@ -235,6 +283,20 @@ final class ChannelOperation: @unchecked Sendable {
                 let position = lseek(entry.fd, 0, SEEK_CUR)
                 if position < 0 { end = .failed(Errno(rawValue: cliburing_errno())) } else { fileBase = Int64(position) }
             }
+            ioLength = length
+            userEnd = length
+            if end == nil {
+                let alignment = positional ? entry.directAlignment : nil
+                if let alignment {
+                    alignToBlocksLocked(alignment)
+                    // The device, not a copy, bounds a direct read: more
+                    // requests in flight keep it busy (fio's ceiling here
+                    // needs 8). Still within `bufferLimit`.
+                    if direction == .read && inFlightLimit > 1 { inFlightLimit = Self.maxDirectInFlight }
+                } else if settings.directIO == .required {
+                    end = .failed(.invalidArgument)
+                }
+            }
             if end == nil {
                 if let interval = settings.interval {
                     IntervalTimers.shared.schedule(every: interval) { [weak self] in self?.tick() ?? false }
@@ -295,17 +357,21 @@ final class ChannelOperation: @unchecked Sendable {
         // or done early: bounding it bounds the buffers, however the
         // completions are ordered.
         while slots.count < inFlightLimit {
-            let remaining = length - issued
+            let remaining = ioLength - issued
             if remaining <= 0 { break }
-            let size = Swift.min(requestSize, remaining)
+            let size = nextSlotSizeLocked(remaining: remaining)
             let slot: Slot
             switch direction {
             case .read:
                 if queuedBytes + slots.count * requestSize >= options.bufferLimit { return out }
-                let buffer = ReadBuffer(capacity: size, pool: size == IOChannel.chunkSize ? BufferPool.shared : nil)
+                let buffer = ReadBuffer(capacity: size, pool: BufferPool.shared, alignment: direct?.memory ?? 0)
                 slot = Slot(start: issued, size: size, buffer: buffer, piece: .empty)
             case .write:
-                slot = Slot(start: issued, size: size, buffer: nil, piece: data.subrange(issued..<(issued + size)))
+                if let direct {
+                    slot = directWriteSlotLocked(start: issued, size: size, alignment: direct)
+                } else {
+                    slot = Slot(start: issued, size: size, buffer: nil, piece: data.subrange(issued..<(issued + size)))
+                }
             }
             issued += size
             slots.append(slot)
@@ -318,21 +384,30 @@ final class ChannelOperation: @unchecked Sendable {
     private func makeRequestLocked(_ slot: Slot, fd: Int32) -> IORequest {
         let offset: Int64 = positional ? fileBase + Int64(slot.start + slot.done) : -1
         let operation: IORequest.Operation
-        switch direction {
-        case .read:
+        var fixedBuffer: RegisteredBuffer?
+        if direction == .read || slot.prefill {
             let buffer = slot.buffer!
             operation = .read(fd: fd, buffer: UnsafeMutableRawBufferPointer(start: buffer.pointer + slot.done,
                                                                              count: slot.size - slot.done),
                               offset: offset)
-        case .write:
+            fixedBuffer = buffer.registered
+        } else {
             let rest = slot.done == 0 ? slot.piece : slot.piece.subrange(slot.done..<slot.size)
-            if rest.regionCount == 1 {
+            if let buffer = slot.buffer {
+                // Direct I/O: the aligned copy.
+                operation = .write(fd: fd, buffer: UnsafeRawBufferPointer(start: buffer.pointer + slot.done,
+                                                                          count: slot.size - slot.done),
+                                   offset: offset)
+                fixedBuffer = buffer.registered
+            } else if rest.regionCount == 1 {
                 var region = UnsafeRawBufferPointer(start: nil, count: 0)
                 rest.apply { _, _, bytes in
                     region = bytes
                     return false
                 }
                 operation = .write(fd: fd, buffer: region, offset: offset)
+                // A chunk read by a channel: its pool buffer may be registered.
+                fixedBuffer = (rest.soleStorage as? ReadBuffer)?.registered
             } else {
                 let count = Swift.min(rest.regionCount, 1024 /* IOV_MAX */)
                 slot.iovecs?.deallocate()
@@ -348,11 +423,98 @@ final class ChannelOperation: @unchecked Sendable {
             }
         }
         inFlight += 1
-        let request = IORequest(operation, owner: slot, mayBlock: mayBlock) { [self] res in
+        let request = IORequest(operation, owner: slot, mayBlock: mayBlock, fixedBuffer: fixedBuffer,
+                                fixedFile: entry?.fixedFile) { [self] res in
             completed(slot, res)
         }
         slot.request = request
         return request
+    }
+
+    // MARK: - direct I/O
+
+    /// With the lock held, at start: rounds the range out to `alignment`.
+    private func alignToBlocksLocked(_ alignment: DirectAlignment) {
+        direct = alignment
+        let a = alignment.offset
+        let start = fileBase - fileBase % Int64(a)
+        ioHead = Int(fileBase - start)
+        fileBase = start
+        // "To the end of file" (Int.max) stays unbounded.
+        let (end, overflow) = ioHead.addingReportingOverflow(length)
+        userEnd = overflow || end > Int.max - a ? Int.max : end
+        ioLength = userEnd == Int.max ? Int.max / a * a : (userEnd + a - 1) / a * a
+        requestSize = Swift.max(a, requestSize / a * a)
+        if direction == .write && (ioHead != 0 || userEnd != ioLength), let entry {
+            // The operation runs alone on its fd (`needsExclusiveRun`): the
+            // length cannot change under it.
+            var st = stat()
+            if fstat(entry.fd, &st) == 0 { lengthAtStart = Int64(st.st_size) }
+        }
+    }
+
+    /// With the lock held: the size of the next slot. A direct write's
+    /// partial first and last blocks get slots of their own, one block each,
+    /// so that only they are read for the read-modify-write.
+    private func nextSlotSizeLocked(remaining: Int) -> Int {
+        var size = Swift.min(requestSize, remaining)
+        guard direction == .write, let direct else { return size }
+        let a = direct.offset
+        if issued == 0 && ioHead != 0 { return a }
+        if userEnd < ioLength && remaining > a && size > remaining - a { size = remaining - a }
+        return size
+    }
+
+    /// With the lock held: a direct write's slot. Bytes already aligned in
+    /// memory go as they are; others are copied into an aligned buffer; a
+    /// block the user's range covers only in part is read first
+    /// (`readModifyWriteLocked` puts the bytes in).
+    private func directWriteSlotLocked(start: Int, size: Int, alignment: DirectAlignment) -> Slot {
+        let lower = Swift.max(start, ioHead)
+        let upper = Swift.min(start + size, userEnd)
+        let piece = data.subrange((lower - ioHead)..<(upper - ioHead))
+        let partial = lower > start || upper < start + size
+        if !partial, piece.regionCount == 1,
+           piece.withUnsafeBytes({ Int(bitPattern: $0.baseAddress) % alignment.memory == 0 }) {
+            return Slot(start: start, size: size, buffer: nil, piece: piece)
+        }
+        let buffer = ReadBuffer(capacity: size, pool: BufferPool.shared,
+                                alignment: alignment.memory)
+        let slot = Slot(start: start, size: size, buffer: buffer, piece: piece)
+        if partial && fileBase + Int64(start) < lengthAtStart {
+            slot.prefill = true
+        } else if partial {
+            mergeLocked(slot, read: 0)  // past the end of file: nothing to read
+        } else {
+            _ = piece.copyBytes(to: UnsafeMutableRawBufferPointer(start: buffer.pointer, count: size), from: 0..<size)
+        }
+        return slot
+    }
+
+    /// With the lock held: a direct write's block came back from the file
+    /// (`read` bytes of it; fewer at the end of file): the user's bytes go
+    /// into it, and the request that writes it back is returned.
+    private func readModifyWriteLocked(_ slot: Slot, read: Int, fd: Int32) -> IORequest {
+        slot.prefill = false
+        mergeLocked(slot, read: read)
+        return makeRequestLocked(slot, fd: fd)
+    }
+
+    /// With the lock held: puts the user's bytes into a partial block of
+    /// which `read` bytes came from the file (zeros after them).
+    private func mergeLocked(_ slot: Slot, read: Int) {
+        let buffer = slot.buffer!
+        if read < slot.size {
+            (buffer.pointer + read).initializeMemory(as: UInt8.self, repeating: 0, count: slot.size - read)
+            // The block reached past the end of file: the write must not
+            // leave the file longer than the old end or the user's end.
+            let oldEnd = fileBase + Int64(slot.start + read)
+            let wanted = Swift.max(oldEnd, fileBase + Int64(userEnd))
+            restoreLength = Swift.max(restoreLength ?? 0, wanted)
+        }
+        let at = Swift.max(slot.start, ioHead) - slot.start
+        _ = slot.piece.copyBytes(to: UnsafeMutableRawBufferPointer(start: buffer.pointer + at, count: slot.piece.count),
+                                 from: 0..<slot.piece.count)
     }
 
     private func submit(_ requests: [IORequest]) {
@@ -373,11 +535,25 @@ final class ChannelOperation: @unchecked Sendable {
         inFlight -= 1
         slot.request = nil
         let fd = entry!.fd
-        if res > 0 {
+        if slot.prefill {
+            if res >= 0 && !stopped && end == nil {
+                requests.append(readModifyWriteLocked(slot, read: Int(res), fd: fd))
+            } else {
+                slot.prefill = false
+                slot.error = res < 0 ? Errno(rawValue: -res) : .canceled
+                slot.complete = true
+            }
+        } else if res > 0 {
             slot.done += Int(res)
-            if slot.done < slot.size && !stopped && end == nil && (positional || direction == .write) {
+            // Direct I/O continues only at an aligned offset: a read that
+            // stopped elsewhere reached the end of file.
+            let aligned = direct.map { slot.done % $0.offset == 0 } ?? true
+            if slot.done < slot.size && !stopped && end == nil && (positional || direction == .write) && aligned {
                 requests.append(makeRequestLocked(slot, fd: fd))  // continue a short read or write
             } else {
+                if slot.done < slot.size && !aligned {
+                    if direction == .read { slot.endOfFile = true } else { slot.error = .ioError }
+                }
                 slot.complete = true
             }
         } else if res == 0 {
@@ -440,10 +616,14 @@ final class ChannelOperation: @unchecked Sendable {
     private func advanceLocked() -> Bool {
         while end == nil, let head = slots.first, head.complete {
             slots.removeFirst()
-            if direction == .read, head.done > 0 {
-                undelivered = undelivered.concat(head.buffer!.chunk(count: head.done))
+            // The slot's bytes that are the user's (all of them, but with
+            // direct I/O at the edges of the range).
+            let lower = Swift.max(head.start, ioHead)
+            let upper = Swift.min(head.start + head.done, userEnd)
+            if direction == .read, upper > lower {
+                undelivered = undelivered.concat(head.buffer!.chunk(range: (lower - head.start)..<(upper - head.start)))
             }
-            transferred += head.done
+            transferred += Swift.max(0, upper - lower)
             if !positional && direction == .read { issued = transferred }
             if let error = head.error {
                 end = .failed(stopped && error == .canceled ? .canceled : error)
@@ -520,8 +700,16 @@ final class ChannelOperation: @unchecked Sendable {
         let pipelined = pipelineBase != nil && ranOnEntry
         var succeeded = false
         if case .complete = end { succeeded = true }
-        let endPosition = fileBase + Int64(transferred)
+        let endPosition = fileBase + Int64(ioHead) + Int64(transferred)
+        let restoreLength = succeeded ? self.restoreLength : nil
         lock.unlock()
+        if let restoreLength, let entry {
+            // A read-modify-write wrote a whole block past the old end of file.
+            var st = stat()
+            if fstat(entry.fd, &st) == 0 && Int64(st.st_size) > restoreLength {
+                _ = ftruncate(entry.fd, off_t(restoreLength))
+            }
+        }
         guard pipelined, let entry else {
             deliverFinal(override: nil)
             if isStream && positional && ranOnEntry, let entry {

@@ -105,12 +105,20 @@ final class FDEntry: @unchecked Sendable {
     let ownsDescriptor: Bool
     /// The fd has `O_APPEND`: writes go one at a time at the file position.
     let appendMode: Bool
+    /// The fd's place in an io_uring ring's registered-file table (regular
+    /// files and block devices).
+    let fixedFile: FixedFileSlot?
+    /// Set while the fd is in direct-I/O mode. Its own lock: operations read
+    /// it under the entry's.
+    private let direct: Locked<DirectAlignment?>
 
     private let lock = PlainLock()
     private var items: [Item] = []
     private var running = 0
     private var laneBusy: (Bool, Bool) = (false, false)
     private var barrierRunning = false
+    /// A direct write with a read-modify-write runs alone, like a barrier.
+    private var exclusiveRunning = false
     private var channels = 0
     private var handlersOutstanding = 0
     private var cleanups: [Cleanup] = []
@@ -132,7 +140,19 @@ final class FDEntry: @unchecked Sendable {
         self.ownsDescriptor = ownsDescriptor
         let flags = fcntl(fd, F_GETFL)
         self.appendMode = flags >= 0 && (flags & O_APPEND) != 0
+        self.fixedFile = kind.isPositional ? FixedFileSlot(fd: fd) : nil
+        // Opened with O_DIRECT by its owner: align from the start.
+        let opened = kind.isPositional && flags >= 0 && flags & cliburing_o_direct() != 0
+        self.direct = Locked(opened ? DirectAlignment.of(fd: fd) : nil)
     }
+
+    /// The alignment every request must have, while the fd is in direct-I/O mode.
+    var directAlignment: DirectAlignment? { direct.withLock { $0 } }
+
+    func setDirectAlignment(_ alignment: DirectAlignment?) {
+        direct.withLock { $0 = alignment }
+    }
+
 
     // MARK: - the registry of fd entries
 
@@ -223,6 +243,7 @@ final class FDEntry: @unchecked Sendable {
     func operationFinishedIO(_ operation: ChannelOperation) {
         let (ready, cleanup) = lock.withLock { () -> ([Item], [Cleanup]?) in
             running -= 1
+            if operation.ranExclusive { exclusiveRunning = false }
             if operation.isStream && (operation.pipelineBase == nil || run.isEmpty) {
                 setLane(operation.lane, busy: false)
             }
@@ -264,7 +285,7 @@ final class FDEntry: @unchecked Sendable {
     /// into the entry with its own lock held).
     func pipelinedWriteEnded(_ operation: ChannelOperation, succeeded: Bool,
                              endPosition: Int64) -> [(ChannelOperation, Bool)] {
-        let (out, position) = lock.withLock { () -> ([(ChannelOperation, Bool)], Int64?) in
+        lock.withLock { () -> [(ChannelOperation, Bool)] in
             operation.pipelineResult = (succeeded, endPosition)
             var out: [(ChannelOperation, Bool)] = []
             while let head = run.first, let result = head.pipelineResult {
@@ -277,12 +298,14 @@ final class FDEntry: @unchecked Sendable {
                     if !result.succeeded { runBroken = true }
                 }
             }
-            guard run.isEmpty else { return (out, nil) }
+            guard run.isEmpty else { return out }
             runBroken = false
-            return (out, positionAfterRun)
+            // Under the lock: an earlier write of the run may be in
+            // `operationFinishedIO` on another thread (thread pool), freeing
+            // the lane; the next stream operation must find the position set.
+            _ = lseek(fd, off_t(positionAfterRun), SEEK_SET)
+            return out
         }
-        if let position { _ = lseek(fd, off_t(position), SEEK_SET) }
-        return out
     }
 
     /// A channel of this entry closed; its cleanup runs once every channel
@@ -307,7 +330,8 @@ final class FDEntry: @unchecked Sendable {
     /// Takes from `items` what may start: stream operations whose lane is
     /// free (in order), random operations, and a barrier once nothing runs.
     private func pumpLocked() -> [Item] {
-        if barrierRunning { return [] }
+        if barrierRunning || exclusiveRunning { return [] }
+        let alignment = directAlignment
         var ready: [Item] = []
         var blocked: (Bool, Bool) = (false, false)
         var i = 0
@@ -320,6 +344,16 @@ final class FDEntry: @unchecked Sendable {
                 }
                 return ready
             case .operation(let operation):
+                if let alignment, directWriteNeedsExclusiveLocked(operation, alignment) {
+                    if i == 0 && running == 0 && ready.isEmpty {
+                        exclusiveRunning = true
+                        operation.ranExclusive = true
+                        running += 1
+                        if operation.isStream { setLane(operation.lane, busy: true) }
+                        ready.append(items.remove(at: 0))
+                    }
+                    return ready
+                }
                 if operation.isStream {
                     let lane = operation.lane
                     let isBlocked = lane == 0 ? blocked.0 : blocked.1
@@ -356,6 +390,22 @@ final class FDEntry: @unchecked Sendable {
         return ready
     }
 
+    /// With the lock held: whether a write in direct-I/O mode must run alone
+    /// (`ChannelOperation.needsExclusiveRun`). A stream write joining the
+    /// running pipelined writes starts where they end; one on a free lane at
+    /// the file position; one behind a busy lane is treated as unaligned.
+    private func directWriteNeedsExclusiveLocked(_ operation: ChannelOperation, _ alignment: DirectAlignment) -> Bool {
+        guard operation.direction == .write else { return false }
+        guard operation.isStream else { return operation.needsExclusiveRun(alignment, streamPosition: nil) }
+        let position: Int64?
+        if !run.isEmpty {
+            position = operation.isPipelinableWrite && run.count < Self.maxPipelinedWrites ? runPosition : nil
+        } else {
+            position = laneIsBusy(operation.lane) ? nil : Int64(lseek(fd, 0, SEEK_CUR))
+        }
+        return operation.needsExclusiveRun(alignment, streamPosition: position)
+    }
+
     /// With the lock held: if no channel is open and nothing is left to run
     /// or return, marks the entry finished and returns the cleanups to run.
     private func finishIfIdleLocked() -> [Cleanup]? {
@@ -368,6 +418,12 @@ final class FDEntry: @unchecked Sendable {
     }
 
     private func runCleanups(_ list: [Cleanup]) {
+        // The ring's table holds the file open: empty its slot first.
+        guard let fixedFile else { return closeAndRunCleanups(list) }
+        fixedFile.release { [self] in closeAndRunCleanups(list) }
+    }
+
+    private func closeAndRunCleanups(_ list: [Cleanup]) {
         if let key {
             FDEntry.registry.withLock { entries in
                 if entries[key] === self { entries[key] = nil }

@@ -99,6 +99,12 @@ public struct DataChunk: Sendable {
         root = Node(storage: storage, base: base, count: bytes.count)
     }
 
+    /// The storage of a one-region chunk (`nil` otherwise).
+    var soleStorage: Storage? {
+        guard let root, root.isLeaf else { return nil }
+        return root.storage
+    }
+
     /// A chunk over `range` of `storage`'s bytes (the channels' read buffers).
     init(storage: Storage, range: Range<Int>) {
         guard !range.isEmpty else {

@@ -87,12 +87,50 @@ public final class IORequest: @unchecked Sendable {
     /// Thread-pool backend: the worker running the request, while it runs.
     var worker: AnyObject?
 
+    /// Registered resources the io_uring backend may use for this request;
+    /// the thread pool ignores them (same result either way).
+    /// A `.read` or `.write` whose buffer lies inside this registered pool
+    /// buffer: `IORING_OP_READ_FIXED` / `WRITE_FIXED`.
+    let fixedBuffer: RegisteredBuffer?
+    /// The fd's entry in the ring's registered-file table, where it has one
+    /// (reads and writes): `IOSQE_FIXED_FILE`.
+    let fixedFile: FixedFileSlot?
+    /// Work to run on the ring thread instead of a system call (table
+    /// updates); its result is the completion's `res`. io_uring only.
+    let ringTask: (@Sendable (UringBackend) -> Int32)?
+
     public init(_ operation: Operation, owner: AnyObject? = nil, mayBlock: Bool = false,
          completion: @escaping @Sendable (Int32) -> Void) {
         self.operation = operation
         self.owner = owner
         self.mayBlock = mayBlock
         self.completion = completion
+        self.fixedBuffer = nil
+        self.fixedFile = nil
+        self.ringTask = nil
+    }
+
+    /// A request with registered-resource hints.
+    init(_ operation: Operation, owner: AnyObject?, mayBlock: Bool, fixedBuffer: RegisteredBuffer?,
+         fixedFile: FixedFileSlot?, completion: @escaping @Sendable (Int32) -> Void) {
+        self.operation = operation
+        self.owner = owner
+        self.mayBlock = mayBlock
+        self.completion = completion
+        self.fixedBuffer = fixedBuffer
+        self.fixedFile = fixedFile
+        self.ringTask = nil
+    }
+
+    /// Work for the ring thread (`UringBackend.perform(onRingThread:)`).
+    init(ringTask: @escaping @Sendable (UringBackend) -> Int32, completion: @escaping @Sendable (Int32) -> Void) {
+        self.operation = .nop
+        self.owner = nil
+        self.mayBlock = false
+        self.completion = completion
+        self.fixedBuffer = nil
+        self.fixedFile = nil
+        self.ringTask = ringTask
     }
 
     var isPoll: Bool {
@@ -126,6 +164,16 @@ public final class IORequest: @unchecked Sendable {
         if case .cancel = operation { return true }
         return false
     }
+}
+
+/// A pooled buffer with a fixed place in every ring's registered-buffer
+/// table (see `BufferPool`): index `index`, `length` bytes at `base`.
+struct RegisteredBuffer: @unchecked Sendable {
+    // @unchecked: `base` is only an address here; the bytes belong to the
+    // request's owner.
+    let index: Int32
+    let base: UnsafeMutableRawPointer
+    let length: Int
 }
 
 /// What both backends provide.

@@ -45,6 +45,8 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     private let ring: UnsafeMutablePointer<io_uring>
     private let eventFD: Int32
     private let eventBuffer: UnsafeMutablePointer<UInt64>
+    /// Registered buffers and files (ring thread only, except its counters).
+    let tables: RingTables
 
     // Ring thread only.
     private var backlog = RingBuffer<IORequest>(initialCapacity: 256)
@@ -74,8 +76,10 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     private let enterCounter = Atomic<UInt64>(0)
     var enterCalls: UInt64 { enterCounter.load(ordering: .relaxed) }
 
-    private init(ring: UnsafeMutablePointer<io_uring>, eventFD: Int32, description: String, spinNanoseconds: UInt64) {
+    private init(ring: UnsafeMutablePointer<io_uring>, eventFD: Int32, description: String, spinNanoseconds: UInt64,
+                 tables: RingTables) {
         self.spinNanoseconds = spinNanoseconds
+        self.tables = tables
         self.ring = ring
         self.eventFD = eventFD
         self.eventBuffer = .allocate(capacity: 1)
@@ -94,7 +98,8 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     /// Creates the ring on a new ring thread and starts its loop.
     ///
     /// - Throws: the `io_uring_setup` error (ENOSYS, EPERM, ENOMEM, ...).
-    static func start(entries: Int, spinNanoseconds: UInt64) throws(Errno) -> UringBackend {
+    static func start(entries: Int, spinNanoseconds: UInt64, registerBuffers: Bool,
+                      fileSlots: Int) throws(Errno) -> UringBackend {
         // @unchecked: written by the ring thread before `lock.signal`, read
         // by the starter after waking, both under `lock`.
         final class Handoff: @unchecked Sendable {
@@ -105,7 +110,8 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         let handoff = Handoff()
         let entries = UInt32(Swift.min(Swift.max(entries, 2), 32768))
         let rc = spawnThread(name: "ringio-ring") {
-            let result = setUp(entries: entries, spinNanoseconds: spinNanoseconds)
+            let result = setUp(entries: entries, spinNanoseconds: spinNanoseconds,
+                               registerBuffers: registerBuffers, fileSlots: fileSlots)
             let backend = try? result.get()
             handoff.lock.withLock {
                 handoff.result = result
@@ -123,7 +129,8 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     }
 
     /// Runs on the ring thread: io_uring_queue_init_params with the best flags the kernel takes.
-    private static func setUp(entries: UInt32, spinNanoseconds: UInt64) -> Result<UringBackend, Errno> {
+    private static func setUp(entries: UInt32, spinNanoseconds: UInt64, registerBuffers: Bool,
+                              fileSlots: Int) -> Result<UringBackend, Errno> {
         let ring = UnsafeMutablePointer<io_uring>.allocate(capacity: 1)
         let attempts: [(UInt32, String)] = [
             (cliburing_setup_single_issuer() | cliburing_setup_defer_taskrun(), "SINGLE_ISSUER|DEFER_TASKRUN"),
@@ -144,7 +151,9 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                     ring.deallocate()
                     return .failure(Errno(rawValue: e))
                 }
-                return .success(UringBackend(ring: ring, eventFD: efd, description: name, spinNanoseconds: spinNanoseconds))
+                let tables = RingTables(ring: ring, buffers: registerBuffers, files: fileSlots)
+                return .success(UringBackend(ring: ring, eventFD: efd, description: name,
+                                             spinNanoseconds: spinNanoseconds, tables: tables))
             }
             lastError = -rc
             // Only an unknown flag (EINVAL) is worth another attempt.
@@ -331,6 +340,11 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             request.completion(-ECANCELED)
             return
         }
+        if let task = request.ringTask {
+            request.engineState = .done
+            request.completion(task(self))
+            return
+        }
         guard case .cancel(let target) = request.operation else {
             request.engineState = .queued
             backlog.append(request)
@@ -414,11 +428,21 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         case .nop:
             io_uring_prep_nop(sqe)
         case .read(let fd, let buffer, let offset):
-            io_uring_prep_read(sqe, fd, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset))
+            if let fixed = request.fixedBuffer, let index = tables.index(for: fixed) {
+                io_uring_prep_read_fixed(sqe, fd, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset),
+                                         index)
+            } else {
+                io_uring_prep_read(sqe, fd, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset))
+            }
         case .readv(let fd, let iovecs, let count, let offset):
             io_uring_prep_readv(sqe, fd, iovecs, UInt32(count), UInt64(bitPattern: offset))
         case .write(let fd, let buffer, let offset):
-            io_uring_prep_write(sqe, fd, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset))
+            if let fixed = request.fixedBuffer, let index = tables.index(for: fixed) {
+                io_uring_prep_write_fixed(sqe, fd, buffer.baseAddress, UInt32(buffer.count),
+                                          UInt64(bitPattern: offset), index)
+            } else {
+                io_uring_prep_write(sqe, fd, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset))
+            }
         case .writev(let fd, let iovecs, let count, let offset):
             io_uring_prep_writev(sqe, fd, iovecs, UInt32(count), UInt64(bitPattern: offset))
         case .openat(let directory, let path, let flags, let mode):
@@ -439,6 +463,11 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             io_uring_prep_splice(sqe, input, inputOffset, output, outputOffset, UInt32(length), 0)
         case .cancel:
             fatalError("unreachable: cancels are prepared in fill()")
+        }
+        // A registered fd: the SQE names its table index instead.
+        if let slot = request.fixedFile, let index = tables.index(for: slot, backend: self) {
+            sqe.pointee.fd = index
+            cliburing_sqe_use_fixed_file(sqe)
         }
     }
 
