@@ -59,6 +59,7 @@ static inline void cliburing_prep_statx(struct io_uring_sqe *sqe, int dfd, const
     io_uring_prep_statx(sqe, dfd, path, flags, mask, buf);
 }
 static inline void cliburing_sqe_set_flags(struct io_uring_sqe *sqe, unsigned flags) { sqe->flags = (__u8)flags; }
+static inline void cliburing_sqe_add_flags(struct io_uring_sqe *sqe, unsigned flags) { sqe->flags |= (__u8)flags; }
 
 /// The raw statx system call (glibc's wrapper needs _GNU_SOURCE tricks in Swift).
 static inline int cliburing_statx(int dirfd, const char *path, int flags, unsigned mask, cliburing_statx_t *buf) {

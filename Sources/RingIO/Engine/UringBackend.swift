@@ -415,7 +415,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                     fatalError("unreachable: a chain's requests are queued together and the SQ has room")
                 }
                 prepare(sqe, request)
-                if request.linkNext { cliburing_sqe_set_flags(sqe, cliburing_iosqe_io_link()) }
+                if request.linkNext { cliburing_sqe_add_flags(sqe, cliburing_iosqe_io_link()) }
                 cliburing_sqe_set_data64(sqe, UInt64(UInt(bitPattern: Unmanaged.passRetained(request).toOpaque())))
                 request.engineState = .inFlight
                 outstanding += 1
