@@ -35,11 +35,17 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
+        // Test-only C helpers (a seccomp filter that refuses io_uring).
+        .target(
+            name: "CRingIOTestSupport",
+            path: "Tests/CRingIOTestSupport"
+        ),
         .testTarget(
             name: "RingIOTests",
             dependencies: [
                 "RingIO",
                 "RingIOFoundation",
+                "CRingIOTestSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
