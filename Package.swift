@@ -35,7 +35,7 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
-        // Test-only C helpers (a seccomp filter that refuses io_uring).
+        // Test-only C helpers (a seccomp filter that refuses io_uring, the heap in use).
         .target(
             name: "CRingIOTestSupport",
             path: "Tests/CRingIOTestSupport"

@@ -8,4 +8,7 @@
 /// Returns 0, or -errno when the filter could not be installed.
 int ringio_test_refuse_io_uring_setup(int error);
 
+/// Bytes of the C heap in use (malloc's arenas and its mmapped blocks), for leak checks.
+unsigned long ringio_test_heap_in_use(void);
+
 #endif
