@@ -244,6 +244,14 @@ struct FaultMatrixTests {
         ChildChecks.report(result)
     }
 
+    @Test("EMFILE before the thread pool has a worker: requests fail with EMFILE instead of waiting forever; with fds back, it works")
+    func threadPoolWithoutDescriptors() async throws {
+        let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+            ChildChecks.run { checks in try threadPoolWithoutDescriptorsChild(checks) }
+        }
+        ChildChecks.report(result)
+    }
+
     @Test("EACCES: as another user, opening an unreadable file and creating in an unwritable directory fail with EACCES",
           arguments: allBackends)
     func permissionDenied(backend: IOEngine.Backend) async throws {
@@ -387,6 +395,7 @@ private func tooManyOpenFilesChild(useRing: Bool, _ checks: ChildChecks) throws 
         if isOpen(limit) { used += 1 }
         limit += 1
     }
+    let eventFDsBefore = openFiles().values.filter { $0 == "anon_inode:[eventfd]" }.count
     var rl = rlimit()
     getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &rl)
     rl.rlim_cur = rlim_t(limit)
@@ -414,7 +423,12 @@ private func tooManyOpenFilesChild(useRing: Bool, _ checks: ChildChecks) throws 
         checks.check(r.bytes == Array(content[0..<10]), "channel \(i): wrong bytes")
         channels.append((channel, cleanup))
     }
-    checks.check(failedAt == 999, "the first failure was at channel \(failedAt.map(String.init) ?? "none")")
+    // The thread pool may have started a worker (which holds an eventfd)
+    // while the channels opened: those fds count against the 999 too.
+    let eventFDs = { openFiles().values.filter { $0 == "anon_inode:[eventfd]" }.count }
+    let newEventFDs = eventFDs() - eventFDsBefore
+    checks.check(failedAt == 999 - newEventFDs,
+                 "the first failure was at channel \(failedAt.map(String.init) ?? "none") (\(newEventFDs) new eventfds)")
     checks.check(cleanupError == .tooManyOpenFiles, "cleanup got \(cleanupError.map { "\($0)" } ?? "nil")")
     // The others keep working: each reads on from where it stood.
     for (i, (channel, _)) in channels.enumerated() where i % 37 == 0 {
@@ -435,6 +449,37 @@ private func tooManyOpenFilesChild(useRing: Bool, _ checks: ChildChecks) throws 
         channel.close()
         checks.check(cleanup.wait(), "a cleanup did not run")
     }
+}
+
+private func threadPoolWithoutDescriptorsChild(_ checks: ChildChecks) throws {
+    let engine = try childEngine(useRing: false)
+    let dir = TemporaryDirectory()
+    try writeFile(dir.file("f"), randomBytes(1000, seed: 103))
+    let fd = try openFile(dir.file("f"), .readOnly)
+    // No fd number is free: the pool cannot make a worker's cancel eventfd.
+    var lowestFree: Int32 = 0
+    while fcntl(lowestFree, F_GETFD) != -1 { lowestFree += 1 }
+    var rl = rlimit()
+    getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &rl)
+    let saved = rl
+    rl.rlim_cur = rlim_t(lowestFree)
+    checks.check(setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &rl) == 0, "setrlimit: \(errno)")
+    let nop = perform(engine, .nop, timeout: .seconds(5))
+    checks.check(nop == -EMFILE, "a NOP with no worker: \(nop.map { "\($0)" } ?? "no completion in 5 s")")
+    let queue = IOQueue(label: "no-fds")
+    let channel = IOChannel(kind: .stream, fileDescriptor: fd, queue: queue, engine: engine)
+    let r = Recorder(queue: queue)
+    channel.read(length: .max, queue: queue, handler: r.handler)
+    checks.check(r.wait(timeout: .seconds(5)), "the read waited forever")
+    checks.check(r.settledShapes() == [Shape(true, nil, .tooManyOpenFiles)], "read: \(r.shapes)")
+    // With fds again, the pool starts a worker and the channel reads.
+    rl = saved
+    checks.check(setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &rl) == 0, "setrlimit: \(errno)")
+    let again = Recorder(queue: queue)
+    channel.read(length: .max, queue: queue, handler: again.handler)
+    checks.check(again.wait(timeout: .seconds(5)) && again.bytes.count == 1000, "read after: \(again.shapes)")
+    channel.close()
+    try fd.close()
 }
 
 private func permissionDeniedChild(useRing: Bool, directory: String, _ checks: ChildChecks) throws {
