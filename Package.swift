@@ -49,11 +49,17 @@ let package = Package(
             name: "RingcpTests",
             dependencies: ["ringcp"]
         ),
+        // Test-only C helpers (a seccomp filter that refuses io_uring, the heap in use).
+        .target(
+            name: "CRingIOTestSupport",
+            path: "Tests/CRingIOTestSupport"
+        ),
         .testTarget(
             name: "RingIOTests",
             dependencies: [
                 "RingIO",
                 "RingIOFoundation",
+                "CRingIOTestSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),

@@ -152,7 +152,11 @@ struct IOChannelSmokeTests {
             if finished { done.signal() }
         }
         _ = "abc".withCString { Glibc.write(fds[1], $0, 3) }
-        usleep(100_000)
+        // Stop once the 3 bytes were delivered (a fixed sleep was too short
+        // under a sanitizer; a stop before the read completes rightly leaves
+        // them in the pipe), while the next read waits on the empty pipe.
+        #expect(waitUntil { calls.withLock { $0.count } >= 1 })
+        usleep(20_000)
         let start = monotonicNanoseconds()
         channel.close(stop: true)
         #expect(done.wait(timeout: .seconds(5)))

@@ -85,6 +85,10 @@ public final class IOEngine: Sendable {
 
     let core: any EngineBackend
     let uring: UringBackend?
+    #if DEBUG
+    /// Debug builds: faults tests inject into this engine's requests.
+    let faults = FaultInjector()
+    #endif
 
     private static let _shared: IOEngine = {
         let engine = (try? IOEngine(configuration: Configuration()))
@@ -187,13 +191,21 @@ public final class IOEngine: Sendable {
     /// Hands `request` to the backend. Never blocks on I/O; never drops a request.
     @_spi(Engine)
     public func submit(_ request: IORequest) {
+        #if DEBUG
+        core.submit(faults.apply(to: request))
+        #else
         core.submit(request)
+        #endif
     }
 
     /// Hands several requests to the backend at once (one lock, one wake-up).
     @_spi(Engine)
     public func submit(contentsOf requests: [IORequest]) {
+        #if DEBUG
+        core.submit(contentsOf: requests.map(faults.apply(to:)))
+        #else
         core.submit(contentsOf: requests)
+        #endif
     }
 
     /// The most requests one linked chain may hold.
@@ -234,6 +246,9 @@ public final class IOEngine: Sendable {
     /// The corresponding io_uring operation is `IORING_OP_ASYNC_CANCEL`.
     @_spi(Engine)
     public func cancel(_ request: IORequest) {
+        #if DEBUG
+        let request = faults.standIn(for: request) ?? request
+        #endif
         core.submit(IORequest(.cancel(target: request)) { _ in })
     }
 

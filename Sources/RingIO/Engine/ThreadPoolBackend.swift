@@ -116,13 +116,29 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
     private func startWorker() {
         let efd = eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK))
         guard efd >= 0 else {
-            lock.withLock { threads -= 1 }
+            workerFailedToStart(error: cliburing_errno())
             return
         }
         let worker = Worker(cancelFD: efd)
-        if spawnThread(name: "ringio-pool", { [self] in workerLoop(worker) }) != 0 {
-            lock.withLock { threads -= 1 }
+        let rc = spawnThread(name: "ringio-pool", { [self] in workerLoop(worker) })
+        if rc != 0 { workerFailedToStart(error: rc) }
+    }
+
+    /// A worker could not start (no fd for its eventfd: EMFILE; no thread:
+    /// EAGAIN). With no other worker alive, nothing would ever run the queued
+    /// requests: fail them with the error instead of leaving them waiting.
+    private func workerFailedToStart(error: Int32) {
+        let orphans = lock.withLock { () -> [IORequest] in
+            threads -= 1
+            guard threads == 0 else { return [] }
+            var out: [IORequest] = []
+            while let r = queue.popFirst() {
+                r.engineState = .done
+                out.append(r)
+            }
+            return out
         }
+        for r in orphans { r.completion(-error) }
     }
 
     private func workerLoop(_ worker: Worker) {
