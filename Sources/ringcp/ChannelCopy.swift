@@ -45,7 +45,11 @@ final class ChannelCopy: @unchecked Sendable {
 
     /// - Parameter regions: the byte ranges to copy, in order (the source's
     ///   data segments, for a sparse file).
-    init(source: FileDescriptor, destination: FileDescriptor, regions: [Range<Int64>], progress: Progress?) {
+    /// - Parameter direct: both channels use O_DIRECT where the file systems
+    ///   allow it (`destination` must then be open for reading too: a partial
+    ///   last block is read, merged and written).
+    init(source: FileDescriptor, destination: FileDescriptor, regions: [Range<Int64>], progress: Progress?,
+         direct: Bool = false) {
         self.progress = progress
         var chunks: [Range<Int64>] = []
         for region in regions {
@@ -63,6 +67,10 @@ final class ChannelCopy: @unchecked Sendable {
         let cleanup: @Sendable (Errno?) -> Void = { _ in closed.arrive() }
         reader = IOChannel(kind: .random, fileDescriptor: source, queue: queue, cleanup: cleanup)
         writer = IOChannel(kind: .random, fileDescriptor: destination, queue: queue, cleanup: cleanup)
+        if direct {
+            reader.setDirectIO(.preferred)
+            writer.setDirectIO(.preferred)
+        }
         reader.setHighWater(IOChannel.chunkSize)
         reader.setInterval(.milliseconds(100), strict: true)
     }

@@ -18,6 +18,8 @@ enum CopyMethod: String, Sendable, CaseIterable {
 
 struct Settings: Sendable {
     var method = CopyMethod.kernel
+    /// Large files bypass the page cache (O_DIRECT, through the channels).
+    var direct = false
     var recursive = false
     var preserve = false
     var noClobber = false
@@ -369,11 +371,13 @@ final class Copier: Sendable {
         var useTemporary = plan.existing != nil && !settings.inPlace
         var path = useTemporary ? FS.temporaryName(beside: plan.destination) : plan.destination
         var created = useTemporary || plan.existing == nil
-        var output = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | (created ? O_EXCL : O_TRUNC), plan.mode)
+        // Direct writes merge a partial last block: they need to read it.
+        let access = settings.direct ? O_RDWR : O_WRONLY
+        var output = open(path, access | O_CREAT | O_CLOEXEC | O_NOCTTY | (created ? O_EXCL : O_TRUNC), plan.mode)
         if output < 0 && useTemporary && (errno == EACCES || errno == EPERM) {
             // No temporary file in that directory, but the file itself is writable: as cp, in place.
             (useTemporary, created, path) = (false, false, plan.destination)
-            output = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_TRUNC, plan.mode)
+            output = open(path, access | O_CREAT | O_CLOEXEC | O_NOCTTY | O_TRUNC, plan.mode)
         }
         if output < 0 {
             reportError("cannot create regular file", plan.shownDestination, Errno(rawValue: errno))
@@ -396,7 +400,7 @@ final class Copier: Sendable {
         }
         let regions = dataRegions(of: FileDescriptor(rawValue: input), size: size, mayBeSparse: FileStatus(info).mayBeSparse)
         var endedAt: Int64?
-        var method = settings.method
+        var method = settings.direct ? .channels : settings.method
         if method == .kernel {
             let moved = Counter()
             let ticker = progress.map { bar in Task { await bar.runTicker() } }
@@ -420,7 +424,7 @@ final class Copier: Sendable {
             // is made (as in dispatch I/O); SEEK_DATA/SEEK_HOLE moved it.
             lseek(input, 0, SEEK_SET)
             let copy = ChannelCopy(source: FileDescriptor(rawValue: input), destination: FileDescriptor(rawValue: output),
-                                   regions: regions, progress: progress)
+                                   regions: regions, progress: progress, direct: settings.direct)
             do throws(CopyFailure) {
                 try await copy.run()
             } catch {

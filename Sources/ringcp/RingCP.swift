@@ -72,6 +72,9 @@ struct RingCP: AsyncParsableCommand {
     @Flag(help: "Write into an existing destination file directly, as cp does, instead of replacing it atomically.")
     var inPlace = false
 
+    @Flag(help: "Copy large files with O_DIRECT, around the page cache (through the channels; where a file system refuses O_DIRECT, buffered). For big cold copies that should not push everything else out of the cache.")
+    var direct = false
+
     @Option(help: "Small files copied at once.")
     var jobs = 64
 
@@ -114,7 +117,7 @@ struct RingCP: AsyncParsableCommand {
             pairs = [(sources[0], target)]
         }
 
-        let settings = Settings(method: CopyMethod(rawValue: method) ?? .kernel, recursive: recursive, preserve: preserve, noClobber: noClobber, force: force && !noClobber,
+        let settings = Settings(method: CopyMethod(rawValue: method) ?? .kernel, direct: direct, recursive: recursive, preserve: preserve, noClobber: noClobber, force: force && !noClobber,
                                 verbose: verbose, inPlace: inPlace, verify: verify, jobs: jobs)
         let showProgress = progress ?? (isatty(STDOUT_FILENO) == 1)
         let bar = showProgress ? Progress(totalBytes: Copier.totalBytes(of: pairs.map(\.0), recursive: recursive)) : nil
