@@ -17,6 +17,20 @@ struct LargeFileTests {
         ("3 MiB, data then a trailing hole", 3 << 20, Array(stride(from: 0, to: 1 << 20, by: 4096))),
     ]
 
+    @Test("--method channels and --direct copy large files exactly; an existing file is replaced",
+          arguments: bothBackends, [["--method", "channels"], ["--direct"], ["--method", "kernel"]])
+    func methods(backend: Backend, flags: [String]) async throws {
+        let dir = Scratch()
+        let bytes = randomBytes((5 << 20) + 4097, seed: 77)
+        try writeFile(dir.at("src"), bytes)
+        try writeFile(dir.at("old"), "old")
+        for target in ["new", "old"] {
+            let run = try await ringcp(flags + ["src", target], in: dir.path, backend: backend)
+            #expect(run.status == 0 && run.stderr.isEmpty, "\(run)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: dir.at(target))) == Data(bytes), "\(flags) \(target)")
+        }
+    }
+
     @Test("a sparse file stays sparse and reads back the same", arguments: bothBackends, 0..<sparseLayouts.count)
     func sparse(backend: Backend, layout: Int) async throws {
         let (name, size, blocks) = Self.sparseLayouts[layout]
