@@ -91,14 +91,14 @@ enum DirectBench {
 
         if wants(o, "cold") {
             progress("direct: generating \(o.sizeMiB) MiB")
-            try generate(workspace.source, size: size)
+            let sums = try generate(workspace.source, size: size)
             var reads: [String: [Double]] = [:]
             var copies: [String: [(Double, Double)]] = [:]
             for round in 1...o.rounds {
                 var readCases: [(String, () throws -> Double)] = [
                     ("RingIO stream, direct I/O", { try ringRead(workspace.source, size: size, direct: true, timeout: timeout) }),
                     ("RingIO stream, buffered", { try ringRead(workspace.source, size: size, direct: false, timeout: timeout) }),
-                    ("DispatchIO stream", { try DispatchIOCases.sequentialRead(workspace.source, size: size, timeout: timeout).rate }),
+                    ("DispatchIO stream", { try DispatchIOCases.sequentialRead(workspace.source, size: size, expected: sums.whole, timeout: timeout).rate }),
                 ]
                 if let fio {
                     readCases.append(("fio io_uring --direct=1, 8 × 1 MiB", { try fio.coldRead(workspace.source, size: size, direct: true, timeout: timeout) }))
@@ -173,7 +173,7 @@ enum DirectBench {
         if wants(o, "range") {
             let path = workspace.dir + "/ranges.bin"
             progress("direct: generating \(o.rangeMiB) MiB for range reads")
-            try generate(path, size: rangeSize)
+            _ = try generate(path, size: rangeSize)
             defer { unlink(path) }
             try readThrough(path)
             var results: [String: [(Double, Double)]] = [:]
@@ -212,7 +212,7 @@ enum DirectBench {
 
         if wants(o, "registered") {
             let path = workspace.dir + "/random.bin"
-            try generate(path, size: size)
+            _ = try generate(path, size: size)
             defer { unlink(path) }
             try readThrough(path)
             let small = randomOffsets(count: o.reads, size: size)
