@@ -220,6 +220,30 @@ struct FaultMatrixTests {
         channel.close()
     }
 
+    @Test("an engine whose last reference is a request's completion is released when it completes, without a deadlock",
+          arguments: allBackends)
+    func engineReleasedByItsLastRequest(backend: IOEngine.Backend) throws {
+        var engine: IOEngine? = try makeEngine(backend)
+        weak let released = engine
+        // The backend goes once its threads have stopped: a deadlocked one never does.
+        weak let backend = engine!.core
+        let pipe = try TestPipe()
+        defer { pipe.closeAll() }
+        let completed = Latch()
+        // Only the request's completion holds the engine once the test lets go.
+        engine!.submit(IORequest(.poll(fd: pipe.reader.rawValue, events: UInt32(POLLIN)), mayBlock: true) {
+            [engine] _ in
+            _ = engine
+            completed.signal()
+        })
+        engine = nil
+        milliseconds(20)
+        _ = try pipe.writer.writeAll([1])
+        #expect(completed.wait(timeout: .seconds(5)))
+        #expect(waitUntil(timeout: .seconds(5)) { released == nil }, "the engine was not released")
+        #expect(waitUntil(timeout: .seconds(5)) { backend == nil }, "the backend's threads did not stop (deadlocked in shutdown?)")
+    }
+
     // MARK: - in a child process
 
     @Test("EFBIG: RLIMIT_FSIZE with SIGXFSZ ignored: a stream write stops at the limit with its unwritten bytes; a random write past it fails whole",
