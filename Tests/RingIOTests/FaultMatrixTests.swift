@@ -38,7 +38,10 @@ struct FaultMatrixTests {
         let last = w.calls.last
         #expect(last?.error == .noSpace)
         let written = bytes.count - (last?.data?.count ?? bytes.count)
-        #expect(written > 0 && written <= MiB, "\(written) bytes reported written into 1 MiB")
+        // Up to four 1 MiB requests run at once: on the thread pool a later
+        // one can take the space first (tmpfs files are sparse), so even
+        // nothing may be reported written; what is reported must fit.
+        #expect(written <= MiB, "\(written) bytes reported written into 1 MiB")
         #expect(last?.data == DataChunk(bytes[written...]))
         #expect(positionInBarrier(of: stream, fd) == Int64(written))
         #expect(Array(try readFile(path).prefix(written)) == Array(bytes[0..<written]))
