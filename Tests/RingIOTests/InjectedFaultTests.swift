@@ -287,19 +287,4 @@ struct InjectedFaultTests {
     }
 }
 
-/// Directory listing without Foundation.
-enum FileManagerLite {
-    static func names(in path: String) throws -> [String] {
-        guard let dir = opendir(path) else { throw Errno(rawValue: errno) }
-        defer { closedir(dir) }
-        var out: [String] = []
-        while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-            }
-            if name != "." && name != ".." { out.append(name) }
-        }
-        return out
-    }
-}
 #endif

@@ -142,6 +142,14 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
     }
 
     private func workerLoop(_ worker: Worker) {
+        while runNext(on: worker) {}
+    }
+
+    /// Runs one queued request, waiting for one if need be; false when the
+    /// worker is to leave. The request is released when this returns, with
+    /// the lock not held: it may hold the last reference to the engine, whose
+    /// deinit calls `shutdown`, which takes the lock.
+    private func runNext(on worker: Worker) -> Bool {
         lock.lock()
         while true {
             if let first = queue.popFirst() {
@@ -177,12 +185,13 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
                     request.completion(res)
                     lock.lock()
                 }
-                continue
+                lock.unlock()
+                return true
             }
             if stopping {
                 threads -= 1
                 lock.unlock()
-                return
+                return false
             }
             idle += 1
             let deadline = monotonicNanoseconds() + Self.idleNanoseconds
@@ -191,7 +200,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
             if !signalled && queue.isEmpty && threads > Self.minimumThreads {
                 threads -= 1
                 lock.unlock()
-                return
+                return false
             }
         }
     }
