@@ -95,7 +95,7 @@ final class Progress: Sendable {
         if rate > 0 && s.total > s.done {
             eta = formatDuration(Double(s.total - s.done) / rate)
         } else if s.done >= s.total {
-            eta = formatDuration(seconds)
+            eta = seconds < 60 ? fixed(seconds, 2) + " s" : formatDuration(seconds)
         }
         let percent = String(Int(fraction * 100))
         return "[\(bar)] \(pad(percent, 3))% \(formatBytes(s.done)) / \(formatBytes(s.total))"
