@@ -130,8 +130,11 @@ final class FDEntry: @unchecked Sendable {
     private var runBroken = false
     private var positionAfterRun: Int64 = 0
 
-    /// How many stream writes of a regular file may run at once.
-    static let maxPipelinedWrites = 4
+    /// How many stream writes of a regular file may run at once. (A log of
+    /// 64 KiB records, all queued: 0.57 GiB/s with 4, 0.62 with 8, 0.83 with
+    /// 16, 0.86 with 32; io_uring hands buffered ext4 writes to one io-wq
+    /// worker per file, so deeper queues only hide per-request costs.)
+    static let maxPipelinedWrites = 16
 
     private init(fd: Int32, kind: FileKind, key: Key?, ownsDescriptor: Bool) {
         self.fd = fd
