@@ -39,14 +39,14 @@ final class Copier: Sendable {
     /// The process's umask, read once at start.
     let umask: mode_t
     /// The working directory, for the library calls, which take absolute paths.
-    private let cwd: String
+    private let cwd: FilePath
     private let state = Mutex(State())
 
     private struct State {
         var failed = false
         var interrupted = false
         /// Directories whose mode (and times, with -p) are set once their contents are in.
-        var directories: [(path: String, source: FileStatus, mode: mode_t)] = []
+        var directories: [(path: FilePath, source: FileStatus, mode: mode_t)] = []
     }
 
     init(settings: Settings, progress: Progress?) {
@@ -57,7 +57,7 @@ final class Copier: Sendable {
         umask = mask
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         cwd = getcwd(&buffer, buffer.count) != nil
-            ? String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : "/"
+            ? buffer.withUnsafeBufferPointer { FilePath(platformString: $0.baseAddress!) } : "/"
     }
 
     var failed: Bool { state.withLock { $0.failed } }
@@ -69,7 +69,7 @@ final class Copier: Sendable {
         writeLine(STDERR_FILENO, "ringcp: \(message)")
     }
 
-    private func reportError(_ what: String, _ path: String, _ error: Errno) {
+    private func reportError(_ what: String, _ path: FilePath, _ error: Errno) {
         if error == .canceled {
             state.withLock { $0.interrupted = true }
             return
@@ -77,17 +77,17 @@ final class Copier: Sendable {
         report("\(what) '\(path)': \(describe(error))")
     }
 
-    private func announce(_ source: String, _ destination: String) {
+    private func announce(_ source: FilePath, _ destination: FilePath) {
         if settings.verbose { writeLine(STDOUT_FILENO, "'\(source)' -> '\(destination)'") }
     }
 
-    private func absolute(_ path: String) -> String {
-        path.hasPrefix("/") ? path : joined(cwd, path)
+    private func absolute(_ path: FilePath) -> FilePath {
+        path.isAbsolute ? path : cwd.pushing(path)
     }
 
     // MARK: - the walk
 
-    func copy(_ pairs: [(String, String)]) async {
+    func copy(_ pairs: [(FilePath, FilePath)]) async {
         await withTaskGroup(of: Void.self) { group in
             var running = 0
             for (source, destination) in pairs {
@@ -104,7 +104,7 @@ final class Copier: Sendable {
                 do throws(Errno) { try FS.preserve(source, on: path) } catch {
                     reportError("cannot preserve attributes of", path, error)
                 }
-            } else if chmod(path, mode) != 0 {
+            } else if FS.chmod(path, mode) != 0 {
                 reportError("cannot set permissions of", path, Errno(rawValue: errno))
             }
         }
@@ -113,7 +113,7 @@ final class Copier: Sendable {
     /// - Parameter inNewDirectory: the destination's directory was made by
     ///   this run, so nothing can be at `destination` (an exclusive create
     ///   still catches a race): no need to look.
-    private func copyItem(_ source: String, to destination: String, topLevel: Bool, inNewDirectory: Bool,
+    private func copyItem(_ source: FilePath, to destination: FilePath, topLevel: Bool, inNewDirectory: Bool,
                           group: inout TaskGroup<Void>, running: inout Int) async {
         // Without -r, a symlink on the command line is followed (cp's default).
         let status: FileStatus
@@ -150,7 +150,7 @@ final class Copier: Sendable {
         }
     }
 
-    private func copyDirectory(_ source: String, _ status: FileStatus, to destination: String, inNewDirectory: Bool,
+    private func copyDirectory(_ source: FilePath, _ status: FileStatus, to destination: FilePath, inNewDirectory: Bool,
                                group: inout TaskGroup<Void>, running: inout Int) async {
         let existing: FileStatus?
         do throws(Errno) {
@@ -163,14 +163,14 @@ final class Copier: Sendable {
         }
         if !inNewDirectory, let from = FS.realPath(source),
            let into = FS.realPath(existing == nil ? parentOf(destination) : destination) {
-            let target = existing == nil ? joined(into, baseName(destination)) : into
-            if target == from || target.hasPrefix(from.hasSuffix("/") ? from : from + "/") {
+            let target = existing == nil ? joined(into, lastComponentOf: destination) : into
+            if target.starts(with: from) {
                 return report("cannot copy a directory, '\(source)', into itself, '\(destination)'")
             }
         }
         if existing == nil {
             // Owner rwx while the contents go in; the real mode is set at the end.
-            if mkdir(destination, status.permissions | 0o700) != 0 {
+            if FS.mkdir(destination, status.permissions | 0o700) != 0 {
                 return reportError("cannot create directory", destination, Errno(rawValue: errno))
             }
             announce(source, destination)
@@ -178,7 +178,7 @@ final class Copier: Sendable {
         } else if settings.preserve {
             state.withLock { $0.directories.append((destination, status, status.permissions)) }
         }
-        let names: [String]
+        let names: [FilePath.Component]
         do throws(Errno) { names = try FS.entries(of: source) } catch {
             return reportError("cannot access", source, error)
         }
@@ -189,8 +189,8 @@ final class Copier: Sendable {
         }
     }
 
-    private func copySymlink(_ source: String, _ status: FileStatus, to destination: String, inNewDirectory: Bool) {
-        let link: String
+    private func copySymlink(_ source: FilePath, _ status: FileStatus, to destination: FilePath, inNewDirectory: Bool) {
+        let link: FilePath
         do throws(Errno) { link = try FS.readLink(source) } catch {
             return reportError("cannot read symbolic link", source, error)
         }
@@ -203,12 +203,12 @@ final class Copier: Sendable {
         }
         // A new link beside the old one, renamed over it: never a moment without either.
         let path = existing == nil ? destination : FS.temporaryName(beside: destination)
-        if symlink(link, path) != 0 {
+        if FS.symlink(link, path) != 0 {
             return reportError("cannot create symbolic link", destination, Errno(rawValue: errno))
         }
-        if existing != nil && rename(path, destination) != 0 {
+        if existing != nil && FS.rename(path, destination) != 0 {
             let error = Errno(rawValue: errno)
-            unlink(path)
+            _ = FS.unlink(path)
             return reportError("cannot create symbolic link", destination, error)
         }
         if settings.preserve {
@@ -220,16 +220,16 @@ final class Copier: Sendable {
     }
 
     /// A FIFO or device inside a tree, made anew (as `cp -R` does).
-    private func copySpecial(_ source: String, _ status: FileStatus, to destination: String, inNewDirectory: Bool) {
+    private func copySpecial(_ source: FilePath, _ status: FileStatus, to destination: FilePath, inNewDirectory: Bool) {
         if !inNewDirectory, let existing = try? FileStatus.ifPresent(destination, followingSymlinks: false) {
             if settings.noClobber { return }
             if existing.kind == .directory {
                 return report("cannot overwrite directory '\(destination)' with non-directory")
             }
-            unlink(destination)
+            _ = FS.unlink(destination)
         }
-        let rc = status.kind == .fifo ? mkfifo(destination, status.permissions)
-            : mknod(destination, status.mode, dev_t(status.rawDevice))
+        let rc = status.kind == .fifo ? FS.mkfifo(destination, status.permissions)
+            : FS.mknod(destination, status.mode, dev_t(status.rawDevice))
         if rc != 0 { return reportError("cannot create special file", destination, Errno(rawValue: errno)) }
         if settings.preserve {
             do throws(Errno) { try FS.preserve(status, on: destination) } catch {
@@ -244,9 +244,9 @@ final class Copier: Sendable {
     /// Where and how a file's bytes go.
     struct Plan: Sendable {
         /// The path the new contents end up at (a symlink destination resolved).
-        let destination: String
+        let destination: FilePath
         /// The destination as the user named it, for messages.
-        let shownDestination: String
+        let shownDestination: FilePath
         let existing: FileStatus?
         /// The new file's exact mode.
         let mode: mode_t
@@ -254,12 +254,7 @@ final class Copier: Sendable {
 
     /// cp's checks before a file copy; nil (with a message, or silently for
     /// -n) when the file must not be copied.
-    private func plan(_ source: String, _ status: FileStatus, to destination: String, inNewDirectory: Bool) -> Plan? {
-        if destination.hasSuffix("/") {
-            // "name/" that is not a directory (a directory target was resolved before).
-            reportError("cannot create regular file", destination, .notDirectory)
-            return nil
-        }
+    private func plan(_ source: FilePath, _ status: FileStatus, to destination: FilePath, inNewDirectory: Bool) -> Plan? {
         var target = destination
         var existing: FileStatus?
         do throws(Errno) {
@@ -288,7 +283,7 @@ final class Copier: Sendable {
                 return nil
             }
             if settings.noClobber { return nil }
-            if existing.kind == .regular && !settings.force && access(target, W_OK) != 0 {
+            if existing.kind == .regular && !settings.force && FS.access(target, W_OK) != 0 {
                 reportError("cannot create regular file", destination, Errno(rawValue: errno))
                 return nil
             }
@@ -299,7 +294,7 @@ final class Copier: Sendable {
         return Plan(destination: target, shownDestination: destination, existing: existing, mode: mode)
     }
 
-    private func copyFile(_ source: String, _ status: FileStatus, _ plan: Plan) async {
+    private func copyFile(_ source: FilePath, _ status: FileStatus, _ plan: Plan) async {
         let copied: Bool
         if status.kind == .regular && status.size > Int64(IO.smallFileLimit) {
             copied = await copyLarge(source, status, plan)
@@ -318,23 +313,23 @@ final class Copier: Sendable {
     }
 
     /// Through `IO.copyFile`: one batch of opens, one linked chain.
-    private func copySmall(_ source: String, _ status: FileStatus, _ plan: Plan) async -> Bool {
+    private func copySmall(_ source: FilePath, _ status: FileStatus, _ plan: Plan) async -> Bool {
         let replace = plan.existing != nil
         var atomically = replace && !settings.inPlace && plan.existing?.kind == .regular
         while true {
             let options = IO.CopyOptions(atomically: atomically, exclusive: !replace,
                                          permissions: FilePermissions(rawValue: plan.mode))
             do throws(Errno) {
-                let bytes = try await IO.copyFile(from: FilePath(absolute(source)), to: FilePath(absolute(plan.destination)),
+                let bytes = try await IO.copyFile(from: absolute(source), to: absolute(plan.destination),
                                                   options: options)
                 progress?.add(Int(bytes))
                 break
             } catch where atomically && (error == .permissionDenied || error == .notPermitted)
-                            && access(source, R_OK) == 0 {
+                            && FS.access(source, R_OK) == 0 {
                 // No temporary file in that directory, but the file itself is writable: as cp, in place.
                 atomically = false
             } catch {
-                if access(source, R_OK) != 0 {
+                if FS.access(source, R_OK) != 0 {
                     report("cannot open '\(source)' for reading: \(describe(error))")
                 } else {
                     reportError(isWriteError(error) ? "error writing" : "cannot create regular file", plan.shownDestination, error)
@@ -344,7 +339,7 @@ final class Copier: Sendable {
         }
         // The kernel applied the umask at creation; the exact mode where it differs.
         if !settings.preserve && (plan.mode & ~umask) != plan.mode && (atomically || !replace) {
-            _ = chmod(plan.destination, plan.mode)
+            _ = FS.chmod(plan.destination, plan.mode)
         }
         if atomically, let existing = plan.existing { keepOwner(of: existing, on: plan.destination) }
         return true
@@ -352,14 +347,14 @@ final class Copier: Sendable {
 
     /// A replaced file keeps its owner and group, as cp's in-place write does
     /// (where the process may give them; otherwise it owns the new file).
-    private func keepOwner(of existing: FileStatus, on path: String, fd: Int32? = nil) {
+    private func keepOwner(of existing: FileStatus, on path: FilePath, fd: Int32? = nil) {
         guard existing.uid != geteuid() || existing.gid != getegid() else { return }
-        if let fd { _ = fchown(fd, existing.uid, existing.gid) } else { _ = chown(path, existing.uid, existing.gid) }
+        if let fd { _ = fchown(fd, existing.uid, existing.gid) } else { _ = FS.chown(path, existing.uid, existing.gid) }
     }
 
     /// Through two random channels, into a temporary file when one exists already.
-    private func copyLarge(_ source: String, _ status: FileStatus, _ plan: Plan) async -> Bool {
-        let input = open(source, O_RDONLY | O_CLOEXEC | O_NOCTTY)
+    private func copyLarge(_ source: FilePath, _ status: FileStatus, _ plan: Plan) async -> Bool {
+        let input = FS.open(source, O_RDONLY | O_CLOEXEC | O_NOCTTY)
         if input < 0 {
             reportError("cannot open", source, Errno(rawValue: errno))
             return false
@@ -373,11 +368,11 @@ final class Copier: Sendable {
         var created = useTemporary || plan.existing == nil
         // Direct writes merge a partial last block: they need to read it.
         let access = settings.direct ? O_RDWR : O_WRONLY
-        var output = open(path, access | O_CREAT | O_CLOEXEC | O_NOCTTY | (created ? O_EXCL : O_TRUNC), plan.mode)
+        var output = FS.open(path, access | O_CREAT | O_CLOEXEC | O_NOCTTY | (created ? O_EXCL : O_TRUNC), plan.mode)
         if output < 0 && useTemporary && (errno == EACCES || errno == EPERM) {
             // No temporary file in that directory, but the file itself is writable: as cp, in place.
             (useTemporary, created, path) = (false, false, plan.destination)
-            output = open(path, access | O_CREAT | O_CLOEXEC | O_NOCTTY | O_TRUNC, plan.mode)
+            output = FS.open(path, access | O_CREAT | O_CLOEXEC | O_NOCTTY | O_TRUNC, plan.mode)
         }
         if output < 0 {
             reportError("cannot create regular file", plan.shownDestination, Errno(rawValue: errno))
@@ -385,9 +380,9 @@ final class Copier: Sendable {
         }
         if useTemporary, let existing = plan.existing { keepOwner(of: existing, on: path, fd: output) }
         var closed = false
-        func abandon(_ what: String, _ shown: String, _ error: Errno) -> Bool {
+        func abandon(_ what: String, _ shown: FilePath, _ error: Errno) -> Bool {
             if !closed { close(output) }
-            if created { unlink(path) }
+            if created { _ = FS.unlink(path) }
             reportError(what, shown, error)
             return false
         }
@@ -441,13 +436,13 @@ final class Copier: Sendable {
         if close(output) != 0 {
             return abandon("error writing", plan.shownDestination, Errno(rawValue: errno))
         }
-        if useTemporary && rename(path, plan.destination) != 0 {
+        if useTemporary && FS.rename(path, plan.destination) != 0 {
             return abandon("cannot create regular file", plan.shownDestination, Errno(rawValue: errno))
         }
         return true
     }
 
-    private func verify(_ source: String, _ destination: String, shown: String) async {
+    private func verify(_ source: FilePath, _ destination: FilePath, shown: FilePath) async {
         do throws(CopyFailure) {
             switch try await Verify.compare(source, destination) {
             case .same:
@@ -465,9 +460,9 @@ final class Copier: Sendable {
     // MARK: - sizes, for the progress bar
 
     /// The bytes the copy will move: regular files, followed as the copy follows them.
-    static func totalBytes(of sources: [String], recursive: Bool) -> Int64 {
+    static func totalBytes(of sources: [FilePath], recursive: Bool) -> Int64 {
         var total: Int64 = 0
-        func walk(_ path: String, topLevel: Bool) {
+        func walk(_ path: FilePath, topLevel: Bool) {
             guard let status = try? FileStatus.of(path, followingSymlinks: topLevel && !recursive) else { return }
             switch status.kind {
             case .regular:
@@ -495,11 +490,9 @@ private func isWriteError(_ error: Errno) -> Bool {
 }
 
 /// The parent directory of `path` ("." for a bare name).
-func parentOf(_ path: String) -> String {
-    var trimmed = Substring(path)
-    while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
-    guard let slash = trimmed.lastIndex(of: "/") else { return "." }
-    return slash == trimmed.startIndex ? "/" : String(trimmed[..<slash])
+func parentOf(_ path: FilePath) -> FilePath {
+    let parent = path.removingLastComponent()
+    return parent.isEmpty ? "." : parent
 }
 
 /// strerror's text ("No such file or directory").

@@ -54,15 +54,15 @@ struct FileStatus: Sendable {
     var mayBeSparse: Bool { kind == .regular && blocks * 512 < size }
 
     /// `stat` (following symlinks) or `lstat`.
-    static func of(_ path: String, followingSymlinks: Bool) throws(Errno) -> FileStatus {
+    static func of(_ path: FilePath, followingSymlinks: Bool) throws(Errno) -> FileStatus {
         var s = stat()
-        let rc = followingSymlinks ? stat(path, &s) : lstat(path, &s)
+        let rc = path.withPlatformString { followingSymlinks ? stat($0, &s) : lstat($0, &s) }
         if rc != 0 { throw Errno(rawValue: errno) }
         return FileStatus(s)
     }
 
     /// `nil` when nothing is at `path` (ENOENT, or a dangling path component).
-    static func ifPresent(_ path: String, followingSymlinks: Bool) throws(Errno) -> FileStatus? {
+    static func ifPresent(_ path: FilePath, followingSymlinks: Bool) throws(Errno) -> FileStatus? {
         do {
             return try of(path, followingSymlinks: followingSymlinks)
         } catch Errno.noSuchFileOrDirectory {
@@ -72,71 +72,100 @@ struct FileStatus: Sendable {
 }
 
 /// The system calls ringcp makes outside the copy path: metadata, directory
-/// listing, links. They are cheap and need no I/O channel.
+/// listing, links. They are cheap and need no I/O channel. Paths are
+/// `FilePath`s, bytes as the kernel has them: a name that is not valid
+/// UTF-8 is copied as it is (only messages show it repaired).
 enum FS {
     static func check(_ rc: Int32) throws(Errno) {
         if rc != 0 { throw Errno(rawValue: errno) }
     }
 
     /// The names in a directory (not `.` and `..`), in the order the file system gives.
-    static func entries(of path: String) throws(Errno) -> [String] {
-        guard let dir = opendir(path) else { throw Errno(rawValue: errno) }
+    static func entries(of path: FilePath) throws(Errno) -> [FilePath.Component] {
+        guard let dir = path.withPlatformString({ opendir($0) }) else { throw Errno(rawValue: errno) }
         defer { closedir(dir) }
-        var names: [String] = []
+        var names: [FilePath.Component] = []
         while true {
             errno = 0
             guard let entry = readdir(dir) else {
                 if errno != 0 { throw Errno(rawValue: errno) }
                 return names
             }
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            let component = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                FilePath.Component(platformString: raw.baseAddress!.assumingMemoryBound(to: CInterop.PlatformChar.self))
             }
-            if name != "." && name != ".." { names.append(name) }
+            if let component, component.kind == .regular { names.append(component) }
         }
     }
 
-    static func readLink(_ path: String) throws(Errno) -> String {
+    static func readLink(_ path: FilePath) throws(Errno) -> FilePath {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink(path, &buffer, buffer.count - 1)
+        let n = path.withPlatformString { readlink($0, &buffer, buffer.count - 1) }
         if n < 0 { throw Errno(rawValue: errno) }
-        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        buffer[n] = 0
+        return buffer.withUnsafeBufferPointer { FilePath(platformString: $0.baseAddress!) }
     }
 
-    static func realPath(_ path: String) -> String? {
-        guard let resolved = realpath(path, nil) else { return nil }
+    static func realPath(_ path: FilePath) -> FilePath? {
+        guard let resolved = path.withPlatformString({ realpath($0, nil) }) else { return nil }
         defer { free(resolved) }
-        return String(cString: resolved)
+        return FilePath(platformString: resolved)
     }
 
     /// Mode, ownership (where permitted) and timestamps of `status`, on `path`.
     /// An ownership change the process may not make is skipped, as `cp -p` does.
-    static func preserve(_ status: FileStatus, on path: String, isSymlink: Bool = false) throws(Errno) {
+    static func preserve(_ status: FileStatus, on path: FilePath, isSymlink: Bool = false) throws(Errno) {
         let flags = isSymlink ? AT_SYMLINK_NOFOLLOW : 0
-        if fchownat(AT_FDCWD, path, status.uid, status.gid, flags) != 0 && errno != EPERM {
-            throw Errno(rawValue: errno)
+        let failure = path.withPlatformString { p -> Errno? in
+            if fchownat(AT_FDCWD, p, status.uid, status.gid, flags) != 0 && errno != EPERM {
+                return Errno(rawValue: errno)
+            }
+            if !isSymlink && Glibc.chmod(p, status.permissions) != 0 { return Errno(rawValue: errno) }
+            var times = [status.accessTime, status.modificationTime]
+            return utimensat(AT_FDCWD, p, &times, flags) != 0 ? Errno(rawValue: errno) : nil
         }
-        if !isSymlink { try check(chmod(path, status.permissions)) }
-        var times = [status.accessTime, status.modificationTime]
-        try check(utimensat(AT_FDCWD, path, &times, flags))
+        if let failure { throw failure }
     }
 
-    static func temporaryName(beside path: String) -> String {
-        IO.temporaryPath(beside: FilePath(path))?.string ?? path + ".ringcp-tmp"
+    static func temporaryName(beside path: FilePath) -> FilePath {
+        IO.temporaryPath(beside: path) ?? FilePath(path.string + ".ringcp-tmp")
+    }
+
+    // The plain system calls, on FilePaths.
+    static func mkdir(_ path: FilePath, _ mode: mode_t) -> Int32 { path.withPlatformString { Glibc.mkdir($0, mode) } }
+    static func unlink(_ path: FilePath) -> Int32 { path.withPlatformString { Glibc.unlink($0) } }
+    static func chmod(_ path: FilePath, _ mode: mode_t) -> Int32 { path.withPlatformString { Glibc.chmod($0, mode) } }
+    static func chown(_ path: FilePath, _ uid: uid_t, _ gid: gid_t) -> Int32 {
+        path.withPlatformString { Glibc.chown($0, uid, gid) }
+    }
+    static func access(_ path: FilePath, _ mode: Int32) -> Int32 { path.withPlatformString { Glibc.access($0, mode) } }
+    static func mkfifo(_ path: FilePath, _ mode: mode_t) -> Int32 { path.withPlatformString { Glibc.mkfifo($0, mode) } }
+    static func mknod(_ path: FilePath, _ mode: mode_t, _ device: dev_t) -> Int32 {
+        path.withPlatformString { Glibc.mknod($0, mode, device) }
+    }
+    static func open(_ path: FilePath, _ flags: Int32, _ mode: mode_t = 0) -> Int32 {
+        path.withPlatformString { Glibc.open($0, flags, mode) }
+    }
+    static func symlink(_ target: FilePath, _ path: FilePath) -> Int32 {
+        target.withPlatformString { t in path.withPlatformString { Glibc.symlink(t, $0) } }
+    }
+    static func rename(_ old: FilePath, _ new: FilePath) -> Int32 {
+        old.withPlatformString { o in new.withPlatformString { Glibc.rename(o, $0) } }
     }
 }
 
-/// A path joined with a name, without doubling the slash.
-func joined(_ directory: String, _ name: String) -> String {
-    directory.hasSuffix("/") ? directory + name : directory + "/" + name
+/// `directory` and `name` joined.
+func joined(_ directory: FilePath, _ name: FilePath.Component) -> FilePath {
+    directory.appending(name)
+}
+
+/// `directory` joined with the last component of `path` (`dir` for "a/dir/").
+func joined(_ directory: FilePath, lastComponentOf path: FilePath) -> FilePath {
+    guard let name = path.lastComponent else { return directory }
+    return directory.appending(name)
 }
 
 /// The last component of `path`, as `basename` gives it (trailing slashes ignored).
 func baseName(_ path: String) -> String {
-    var trimmed = Substring(path)
-    while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
-    if let slash = trimmed.lastIndex(of: "/"), trimmed != "/" {
-        return String(trimmed[trimmed.index(after: slash)...])
-    }
-    return String(trimmed)
+    FilePath(path).lastComponent?.string ?? (path.hasPrefix("/") ? "/" : path)
 }

@@ -7,6 +7,7 @@ import ArgumentParser
 import Dispatch
 import RingIO
 import Synchronization
+import SystemPackage
 
 @main
 struct RingCP: AsyncParsableCommand {
@@ -106,17 +107,24 @@ struct RingCP: AsyncParsableCommand {
         if sources.isEmpty { fail("missing file operand") }
 
         // What goes where, by cp's rules.
-        var pairs: [(String, String)] = []
-        let targetIsDirectory = (try? FileStatus.of(target, followingSymlinks: true).kind == .directory) ?? false
+        var pairs: [(FilePath, FilePath)] = []
+        let targetIsDirectory = (try? FileStatus.of(FilePath(target), followingSymlinks: true).kind == .directory) ?? false
         if noTargetDirectory {
             if sources.count > 1 { fail("extra operand '\(sources[1])'") }
-            pairs = [(sources[0], target)]
+            pairs = [(FilePath(sources[0]), FilePath(target))]
         } else if targetIsDirectory {
-            pairs = sources.map { ($0, joined(target, baseName($0))) }
+            pairs = sources.map { (FilePath($0), joined(FilePath(target), lastComponentOf: FilePath($0))) }
         } else if targetDirectory != nil || sources.count > 1 {
             fail("target '\(target)' is not a directory")
         } else {
-            pairs = [(sources[0], target)]
+            pairs = [(FilePath(sources[0]), FilePath(target))]
+        }
+        // "name/" that is not a directory takes only a directory (FilePath drops the slash).
+        if !targetIsDirectory && target.hasSuffix("/"),
+           let kind = try? FileStatus.of(FilePath(sources[0]), followingSymlinks: !recursive).kind, kind != .directory {
+            var text = "ringcp: cannot create regular file '\(target)': Not a directory\n"
+            text.withUTF8 { _ = write(STDERR_FILENO, $0.baseAddress, $0.count) }
+            throw ExitCode.failure
         }
 
         let settings = Settings(method: CopyMethod(rawValue: method) ?? .kernel, direct: direct, recursive: recursive, preserve: preserve, noClobber: noClobber, force: force && !noClobber,

@@ -17,8 +17,8 @@ enum Verify {
         case differentAt(Int64)
     }
 
-    static func compare(_ first: String, _ second: String) async throws(CopyFailure) -> Outcome {
-        let a = open(first, O_RDONLY | O_CLOEXEC), b = open(second, O_RDONLY | O_CLOEXEC)
+    static func compare(_ first: FilePath, _ second: FilePath) async throws(CopyFailure) -> Outcome {
+        let a = FS.open(first, O_RDONLY | O_CLOEXEC), b = FS.open(second, O_RDONLY | O_CLOEXEC)
         defer {
             if a >= 0 { close(a) }
             if b >= 0 { close(b) }

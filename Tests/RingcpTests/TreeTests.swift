@@ -106,6 +106,41 @@ struct TreeTests {
         #expect(vs.isEmpty, "\(vs.prefix(5))")
     }
 
+    @Test("names that are not UTF-8 are copied byte for byte (files, a directory, a symlink's target)", arguments: bothBackends)
+    func nonUTF8Names(backend: Backend) async throws {
+        let dir = Scratch()
+        try makeDirectory(dir.at("src"))
+        // "caf\xe9" (Latin-1) and a lone continuation byte: neither is valid UTF-8.
+        let names: [[UInt8]] = [Array("caf".utf8) + [0xE9], [0x80, 0x41], Array("d".utf8) + [0xFF]]
+        func raw(_ parts: [UInt8]...) -> [CChar] { parts.flatMap { $0 }.map { CChar(bitPattern: $0) } + [0] }
+        let base = Array(dir.at("src").utf8) + Array("/".utf8)
+        for (i, name) in names.prefix(2).enumerated() {
+            let fd = open(raw(base, name), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+            #expect(fd >= 0)
+            let bytes = randomBytes(1000 + i, seed: UInt64(90 + i))
+            #expect(bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == bytes.count)
+            close(fd)
+        }
+        #expect(mkdir(raw(base, names[2]), 0o755) == 0)
+        #expect(symlink(raw(names[0]), raw(base, Array("link".utf8))) == 0)
+        let run = try await ringcp(["-r", "src", "copy"], in: dir.path, backend: backend)
+        #expect(run.status == 0 && run.stderr.isEmpty, "\(run)")
+        let copyBase = Array(dir.at("copy").utf8) + Array("/".utf8)
+        for (i, name) in names.prefix(2).enumerated() {
+            let fd = open(raw(copyBase, name), O_RDONLY | O_CLOEXEC)
+            #expect(fd >= 0, "copy of name \(i) missing")
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let n = read(fd, &buffer, buffer.count)
+            close(fd)
+            #expect(Array(buffer[0..<max(n, 0)]) == randomBytes(1000 + i, seed: UInt64(90 + i)))
+        }
+        var s = stat()
+        #expect(stat(raw(copyBase, names[2]), &s) == 0 && (s.st_mode & S_IFMT) == S_IFDIR)
+        var target = [CChar](repeating: 0, count: 64)
+        let n = readlink(raw(copyBase, Array("link".utf8)), &target, 63)
+        #expect(n == 4 && target[0..<4].map { UInt8(bitPattern: $0) } == names[0])
+    }
+
     @Test("-r into an existing directory puts the tree under it; -R is -r", arguments: bothBackends)
     func intoExistingDirectory(backend: Backend) async throws {
         let dir = Scratch()

@@ -300,13 +300,13 @@ final class ChannelCore: @unchecked Sendable {
     private func checkPath() {
         guard let spec = pathSpec else { return }
         let follow = !spec.options.contains(.noFollow)
-        Probe.statx(engine: engine, path: spec.path.string, follow: follow) { [self] result in
+        Probe.statx(engine: engine, path: spec.path, follow: follow) { [self] result in
             switch result {
             case .success(let fileKind):
                 if let error = fileKind.unusable(for: kind) { return pathFailed(error) }
                 pathChecked()
             case .failure(.noSuchFileOrDirectory) where spec.options.contains(.create):
-                Probe.statx(engine: engine, path: spec.path.removingLastComponent().string, follow: true) { [self] parent in
+                Probe.statx(engine: engine, path: spec.path.removingLastComponent(), follow: true) { [self] parent in
                     switch parent {
                     case .success(.directory): pathChecked()
                     case .success: pathFailed(.notDirectory)
@@ -330,7 +330,7 @@ final class ChannelCore: @unchecked Sendable {
     private func openPath() {
         guard let spec = pathSpec else { return }
         let permissions = spec.permissions?.rawValue ?? 0o666
-        Probe.open(engine: engine, path: spec.path.string, flags: spec.openFlags, mode: UInt32(permissions)) { [self] result in
+        Probe.open(engine: engine, path: spec.path, flags: spec.openFlags, mode: UInt32(permissions)) { [self] result in
             switch result {
             case .failure(let error):
                 pathFailed(error)
@@ -405,10 +405,14 @@ final class Probe: @unchecked Sendable {
     private let path: UnsafeMutablePointer<CChar>
     private let buffer = UnsafeMutablePointer<cliburing_statx_t>.allocate(capacity: 1)
 
-    private init(path: String) {
-        let bytes = Array(path.utf8CString)
-        self.path = .allocate(capacity: bytes.count)
-        self.path.initialize(from: bytes, count: bytes.count)
+    /// The path as the kernel has it (a name need not be UTF-8).
+    private init(path: FilePath) {
+        self.path = path.withPlatformString { source in
+            let count = strlen(source) + 1
+            let pointer = UnsafeMutablePointer<CChar>.allocate(capacity: count)
+            pointer.initialize(from: source, count: count)
+            return pointer
+        }
     }
 
     deinit {
@@ -416,7 +420,7 @@ final class Probe: @unchecked Sendable {
         path.deallocate()
     }
 
-    static func statx(engine: IOEngine, path: String, follow: Bool,
+    static func statx(engine: IOEngine, path: FilePath, follow: Bool,
                       _ completion: @escaping @Sendable (Result<FileKind, Errno>) -> Void) {
         let probe = Probe(path: path)
         let flags = follow ? 0 : AT_SYMLINK_NOFOLLOW
@@ -427,7 +431,7 @@ final class Probe: @unchecked Sendable {
         })
     }
 
-    static func open(engine: IOEngine, path: String, flags: Int32, mode: UInt32,
+    static func open(engine: IOEngine, path: FilePath, flags: Int32, mode: UInt32,
                      _ completion: @escaping @Sendable (Result<Int32, Errno>) -> Void) {
         let probe = Probe(path: path)
         engine.submit(IORequest(.openat(directory: AT_FDCWD, path: probe.path, flags: flags, mode: mode),

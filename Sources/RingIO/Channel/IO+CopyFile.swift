@@ -80,8 +80,8 @@ extension IO {
             target = temporary
         }
         let created = options.atomically || options.exclusive
-        let paths = PathRequest.Paths(source: source.string, target: target.string,
-                                      destination: options.atomically ? destination.string : nil)
+        let paths = PathRequest.Paths(source: source, target: target,
+                                      destination: options.atomically ? destination : nil)
         var pair: PathRequest.Pair
         let outcome = await withUnsafeContinuation { (continuation: UnsafeContinuation<SmallFileCopy.Outcome, Never>) in
             SmallFileCopy(paths: paths, permissions: options.permissions, createNew: created,
@@ -101,12 +101,12 @@ extension IO {
         do throws(Errno) {
             let bytes = try await streamCopy(from: pair.input, to: pair.output, engine: engine)
             if options.atomically {
-                try await PathRequest.rename(engine: engine, from: target.string, to: destination.string,
+                try await PathRequest.rename(engine: engine, from: target, to: destination,
                                              noReplace: options.exclusive)
             }
             return bytes
         } catch {
-            if created { _ = unlink(target.string) }
+            if created { _ = target.withPlatformString { unlink($0) } }
             throw error
         }
     }
@@ -160,11 +160,11 @@ struct FileInfo: Sendable {
 /// One-shot path requests through the engine, awaited.
 enum PathRequest {
     struct Paths {
-        let source: String
+        let source: FilePath
         /// Where the bytes are written.
-        let target: String
+        let target: FilePath
         /// Where `target` is renamed to at the end; nil: no rename.
-        let destination: String?
+        let destination: FilePath?
     }
 
     struct Pair {
@@ -194,7 +194,7 @@ enum PathRequest {
                 if input >= 0 { _ = close(input) }
                 if output >= 0 {
                     _ = close(output)
-                    if createNew { _ = unlink(paths.target) }
+                    if createNew { _ = paths.target.withPlatformString { unlink($0) } }
                 }
                 return completion(.failure(Errno(rawValue: -failure)))
             }
@@ -230,7 +230,7 @@ enum PathRequest {
         return try result.get()
     }
 
-    static func stat(engine: IOEngine, path: String) async throws(Errno) -> FileInfo {
+    static func stat(engine: IOEngine, path: FilePath) async throws(Errno) -> FileInfo {
         let box = RequestMemory(paths: [path], statx: true)
         let res = await box.perform(engine: engine, .statx(directory: AT_FDCWD, path: box.paths[0], flags: 0,
                                                            mask: UInt32(STATX_TYPE | STATX_MODE | STATX_SIZE),
@@ -239,7 +239,7 @@ enum PathRequest {
         return FileInfo(box.statx!.pointee)
     }
 
-    static func open(engine: IOEngine, path: String, flags: Int32, mode: UInt32) async throws(Errno) -> Int32 {
+    static func open(engine: IOEngine, path: FilePath, flags: Int32, mode: UInt32) async throws(Errno) -> Int32 {
         let box = RequestMemory(paths: [path])
         let res = await box.perform(engine: engine, .openat(directory: AT_FDCWD, path: box.paths[0], flags: flags, mode: mode),
                                     mayBlock: true)
@@ -247,7 +247,7 @@ enum PathRequest {
         return res
     }
 
-    static func rename(engine: IOEngine, from old: String, to new: String, noReplace: Bool) async throws(Errno) {
+    static func rename(engine: IOEngine, from old: FilePath, to new: FilePath, noReplace: Bool) async throws(Errno) {
         let box = RequestMemory(paths: [old, new])
         let res = await box.perform(engine: engine, .renameat(oldDirectory: AT_FDCWD, oldPath: box.paths[0],
                                                               newDirectory: AT_FDCWD, newPath: box.paths[1],
@@ -267,12 +267,15 @@ final class RequestMemory: @unchecked Sendable {
     let statx: UnsafeMutablePointer<cliburing_statx_t>?
     let buffer: UnsafeMutableRawBufferPointer?
 
-    init(paths: [String], statx: Bool = false, bufferSize: Int? = nil) {
+    /// Paths are kept as the kernel has them (a name need not be UTF-8).
+    init(paths: [FilePath], statx: Bool = false, bufferSize: Int? = nil) {
         self.paths = paths.map { path in
-            let bytes = Array(path.utf8CString)
-            let pointer = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count)
-            pointer.initialize(from: bytes, count: bytes.count)
-            return pointer
+            path.withPlatformString { source in
+                let count = strlen(source) + 1
+                let pointer = UnsafeMutablePointer<CChar>.allocate(capacity: count)
+                pointer.initialize(from: source, count: count)
+                return pointer
+            }
         }
         self.statx = statx ? .allocate(capacity: 1) : nil
         self.buffer = bufferSize.map { .allocate(byteCount: Swift.max($0, 1), alignment: 4096) }
@@ -395,7 +398,7 @@ struct SmallFileCopy: Sendable {
             if n >= 0 && n < IO.smallFileLimit { return copy(input, output, size: Int(n), readFrom: memory) }
             _ = close(input)
             _ = close(output)
-            if createNew { _ = unlink(paths.target) }
+            if createNew { _ = paths.target.withPlatformString { unlink($0) } }
             completion(n < 0 ? .failed(Errno(rawValue: -n)) : .changed)
         }
     }
@@ -428,7 +431,7 @@ struct SmallFileCopy: Sendable {
             // The chain broke: what was cancelled did not run.
             if results[2] == -ECANCELED { _ = close(input) }
             if results[3] == -ECANCELED { _ = close(output) }
-            if createNew { _ = unlink(paths.target) }
+            if createNew { _ = paths.target.withPlatformString { unlink($0) } }
             if (results[0] >= 0 && results[0] < size) || (results[1] >= 0 && results[1] < size) {
                 return completion(.changed)
             }

@@ -304,10 +304,11 @@ extension IO {
             try await channel.write(data: data)
             if atomically {
                 try await channel.synchronize()
-                if rename(target.string, path.string) != 0 { throw Errno(rawValue: cliburing_errno()) }
+                let renamed = target.withPlatformString { t in path.withPlatformString { rename(t, $0) } }
+                if renamed != 0 { throw Errno(rawValue: cliburing_errno()) }
             }
         } catch {
-            if atomically { _ = unlink(target.string) }
+            if atomically { _ = target.withPlatformString { unlink($0) } }
             throw error
         }
     }
