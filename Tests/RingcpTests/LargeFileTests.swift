@@ -100,6 +100,28 @@ struct LargeFileTests {
         #expect(quiet.status == 0 && quiet.stdout.isEmpty, "\(quiet)")
     }
 
+    @Test("on a terminal the bar is on by default, redrawn in place, and --no-progress turns it off",
+          arguments: bothBackends)
+    func progressOnTerminal(backend: Backend) async throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/script") else {
+            try Test.cancel("script(1) is missing: no pseudo-terminal to run on, skipping")
+        }
+        let dir = Scratch()
+        try writeFile(dir.at("big"), randomBytes((3 << 20) + 1, seed: 45))
+        let run = try await ringcp(["big", "copy"], in: dir.path, backend: backend, terminal: true)
+        #expect(run.status == 0, "\(run)")
+        // "\r[####…] 100% 3.00 MiB / 3.00 MiB  … in 0:01\e[K\r\n", then the summary.
+        #expect(run.stdout.hasPrefix("\r["), "\(run)")
+        #expect(run.stdout.contains("\u{1B}[K"), "\(run)")
+        #expect(run.stdout.contains("100% 3.00 MiB / 3.00 MiB"), "\(run)")
+        let last = lines(run.stdout.replacingOccurrences(of: "\r\n", with: "\n")).last ?? ""
+        #expect(last.hasPrefix("copied 3.00 MiB in ") && last.hasSuffix("/s)"), "\(run)")
+        #expect(try readFile(dir.at("copy")) == readFile(dir.at("big")))
+
+        let quiet = try await ringcp(["--no-progress", "big", "copy2"], in: dir.path, backend: backend, terminal: true)
+        #expect(quiet.status == 0 && quiet.stdout.isEmpty, "\(quiet)")
+    }
+
     /// When the interrupt tests send SIGINT.
     enum Moment: String, CustomStringConvertible, CaseIterable, Sendable {
         /// Bytes are being written: the copy is well under way.
