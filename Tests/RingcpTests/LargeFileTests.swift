@@ -13,7 +13,7 @@ struct LargeFileTests {
     /// Sparse layouts: the file's size and where its 4 KiB blocks of data are.
     static let sparseLayouts: [(name: String, size: Int, blocks: [Int])] = [
         ("64 MiB, one block in the middle", 64 << 20, [32 << 20]),
-        ("64 MiB, a block at the start and one at the end", 64 << 20, [0, (64 << 20) - 4096]),
+        ("16 MiB, a block at the start and one at the end", 16 << 20, [0, (16 << 20) - 4096]),
         ("3 MiB, data then a trailing hole", 3 << 20, Array(stride(from: 0, to: 1 << 20, by: 4096))),
     ]
 
