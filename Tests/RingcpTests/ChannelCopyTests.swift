@@ -78,12 +78,12 @@ struct ChannelCopyTests {
     @Test("cancelled once bytes are written: returns ECANCELED (or finished), promptly")
     func cancelledDuringCopy() async throws {
         let dir = Scratch()
-        let size = 64 << 20
+        let size = 32 << 20
         let (input, output) = try Self.files(dir, size: size)
         defer { close(input.rawValue); close(output.rawValue) }
         let devNull = open("/dev/null", O_WRONLY | O_CLOEXEC)
         defer { close(devNull) }
-        for _ in 0..<5 {
+        for _ in 0..<3 {
             let progress: ringcp.Progress = .init(totalBytes: Int64(size), fd: devNull)
             let copy = ChannelCopy(source: input, destination: output, regions: [0..<Int64(size)], progress: progress)
             let outcome = await Self.run(copy, cancelFirst: false, progress: progress, timeout: .seconds(30))

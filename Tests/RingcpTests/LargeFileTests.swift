@@ -13,7 +13,7 @@ struct LargeFileTests {
     /// Sparse layouts: the file's size and where its 4 KiB blocks of data are.
     static let sparseLayouts: [(name: String, size: Int, blocks: [Int])] = [
         ("64 MiB, one block in the middle", 64 << 20, [32 << 20]),
-        ("64 MiB, a block at the start and one at the end", 64 << 20, [0, (64 << 20) - 4096]),
+        ("16 MiB, a block at the start and one at the end", 16 << 20, [0, (16 << 20) - 4096]),
         ("3 MiB, data then a trailing hole", 3 << 20, Array(stride(from: 0, to: 1 << 20, by: 4096))),
     ]
 
@@ -109,6 +109,30 @@ struct LargeFileTests {
 
         // Without --progress, nothing on stdout when it is not a terminal.
         let quiet = try await ringcp(["big", "copy2"], in: dir.path, backend: backend)
+        #expect(quiet.status == 0 && quiet.stdout.isEmpty, "\(quiet)")
+    }
+
+    @Test("on a terminal the bar is on by default, redrawn in place, and --no-progress turns it off",
+          arguments: bothBackends)
+    func progressOnTerminal(backend: Backend) async throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/script") else {
+            try Test.cancel("script(1) is missing: no pseudo-terminal to run on, skipping")
+        }
+        let dir = Scratch()
+        try writeFile(dir.at("big"), randomBytes((3 << 20) + 1, seed: 45))
+        let run = try await ringcp(["big", "copy"], in: dir.path, backend: backend, terminal: true)
+        #expect(run.status == 0, "\(run)")
+        // A bar is drawn from 100 ms in (a quicker copy shows only the summary):
+        // "\r[####…]  64% 1.92 MiB / 3.00 MiB  …\e[K", redrawn in place, then the summary.
+        if run.stdout.hasPrefix("\r[") {
+            #expect(run.stdout.contains("\u{1B}[K"), "\(run)")
+            #expect(run.stdout.contains("100% 3.00 MiB / 3.00 MiB"), "\(run)")
+        }
+        let last = lines(run.stdout.replacingOccurrences(of: "\r\n", with: "\n")).last ?? ""
+        #expect(last.hasPrefix("copied 3.00 MiB in ") && last.hasSuffix("/s)"), "\(run)")
+        #expect(try readFile(dir.at("copy")) == readFile(dir.at("big")))
+
+        let quiet = try await ringcp(["--no-progress", "big", "copy2"], in: dir.path, backend: backend, terminal: true)
         #expect(quiet.status == 0 && quiet.stdout.isEmpty, "\(quiet)")
     }
 

@@ -77,8 +77,10 @@ final class Child {
     private let outPath: String
     private let errPath: String
 
+    /// - Parameter terminal: run it on a pseudo-terminal (through script(1)),
+    ///   whose output comes back as stdout.
     init(_ arguments: [String], in directory: String, backend: Backend, umask: mode_t? = nil,
-         as user: RunAs = .current) throws {
+         as user: RunAs = .current, terminal: Bool = false) throws {
         guard !ringcpPath.isEmpty else {
             throw TestFailure("the ringcp binary is not beside the test executable; build with `swift build --build-tests`")
         }
@@ -99,6 +101,11 @@ final class Child {
         if let umask {
             argv = ["-c", "umask \(String(umask, radix: 8)) && exec \"$0\" \"$@\"", executable] + argv
             executable = "/bin/sh"
+        }
+        if terminal {
+            let command = ([executable] + argv).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }
+            argv = ["-qec", command.joined(separator: " "), "/dev/null"]
+            executable = "/usr/bin/script"
         }
         if user == .nobody {
             argv = ["--reuid=\(nobodyID)", "--regid=\(nobodyID)", "--clear-groups", "--", executable] + argv
@@ -158,8 +165,9 @@ final class Child {
 /// holding one of the few threads the tests share).
 @discardableResult
 func ringcp(_ arguments: [String], in directory: String, backend: Backend = .ioUring, umask: mode_t? = nil,
-            as user: RunAs = .current) async throws -> Run {
-    let run = try await Child(arguments, in: directory, backend: backend, umask: umask, as: user).finished()
+            as user: RunAs = .current, terminal: Bool = false) async throws -> Run {
+    let run = try await Child(arguments, in: directory, backend: backend, umask: umask, as: user,
+                              terminal: terminal).finished()
     if run.hung { throw TestFailure("\(run)\ndid not finish within a minute") }
     return run
 }
