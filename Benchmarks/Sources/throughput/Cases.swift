@@ -35,6 +35,8 @@ final class Bench {
     let cold: Bool
     /// How many random reads the slower systems make (their rate is per read, so fewer suffice).
     let slowReads: Int
+    /// Small-file copies made so far (each into a directory of its own).
+    private var treeCopies = 0
 
     init(options: Options, workspace: Workspace, sums: SourceSums, fio: Fio?, cold: Bool) {
         self.options = options
@@ -221,11 +223,14 @@ final class Bench {
     }
 
     /// Copies the small files' directory to a new one with `copy` (which
-    /// returns the seconds it took), checks every file, and removes the copy.
+    /// returns the seconds it took) and checks every file. The copy stays
+    /// until the workspace goes: on ext4, creating files right after deleting
+    /// thousands is slow for a while, which would time the deletion of the
+    /// previous system's copy rather than this system's.
     private func copyTree(_ system: String, create: Bool, _ copy: (String, String) throws -> Double) throws -> Sample {
-        let destination = workspace.destinationTree(system)
+        treeCopies += 1
+        let destination = workspace.destinationTree("\(system)-\(treeCopies)")
         removeTree(destination)
-        defer { removeTree(destination) }
         if create { guard mkdir(destination, 0o755) == 0 else { throw BenchError("mkdir \(destination): errno \(errno)") } }
         try prepareSource(big: false)
         let elapsed = try copy(workspace.smallFiles, destination)

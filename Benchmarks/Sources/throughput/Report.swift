@@ -144,7 +144,7 @@ struct Report {
                     out += "DispatchIO and SwiftNIO make \(grouped(Double(slow))) of the reads (the same first offsets); fio its own \(grouped(Double(options.reads))) random offsets.\n\n"
                 }
             case .files:
-                out += "Each file is \(4) KiB; the destination directory is new each time.\n\n"
+                out += "Each file is \(4) KiB; the destination directory is new each time, and the copies are removed only at the end of the run (creating files right after deleting thousands is slow on ext4).\n\n"
             case .append:
                 out += "Each record: its index (8 bytes) and a fixed payload; the file is new each time; the time includes the final fsync.\n\n"
             case .read:
