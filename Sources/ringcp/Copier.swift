@@ -500,8 +500,11 @@ func describe(_ error: Errno) -> String {
     String(cString: strerror(error.rawValue))
 }
 
-func writeLine(_ fd: Int32, _ line: String) {
-    let bytes = Array((line + "\n").utf8)
+func writeLine(_ fd: Int32, _ line: String) { writeAll(fd, line + "\n") }
+
+/// All of `text` to `fd` (short writes continued, EINTR retried; given up on an error).
+func writeAll(_ fd: Int32, _ text: String) {
+    let bytes = Array(text.utf8)
     var offset = 0
     while offset < bytes.count {
         let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }

@@ -102,16 +102,7 @@ final class Progress: Sendable {
             + "  \(formatBytes(Int64(rate)))/s  \(s.done >= s.total ? "in" : "ETA") \(eta)"
     }
 
-    private func emit(_ text: String) {
-        let bytes = Array(text.utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return }
-            offset += n
-        }
-    }
+    private func emit(_ text: String) { writeAll(fd, text) }
 }
 
 func pad(_ s: String, _ width: Int) -> String {
