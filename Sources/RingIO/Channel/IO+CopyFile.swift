@@ -230,23 +230,6 @@ enum PathRequest {
         return try result.get()
     }
 
-    static func stat(engine: IOEngine, path: FilePath) async throws(Errno) -> FileInfo {
-        let box = RequestMemory(paths: [path], statx: true)
-        let res = await box.perform(engine: engine, .statx(directory: AT_FDCWD, path: box.paths[0], flags: 0,
-                                                           mask: UInt32(STATX_TYPE | STATX_MODE | STATX_SIZE),
-                                                           buffer: box.statx!))
-        if res < 0 { throw Errno(rawValue: -res) }
-        return FileInfo(box.statx!.pointee)
-    }
-
-    static func open(engine: IOEngine, path: FilePath, flags: Int32, mode: UInt32) async throws(Errno) -> Int32 {
-        let box = RequestMemory(paths: [path])
-        let res = await box.perform(engine: engine, .openat(directory: AT_FDCWD, path: box.paths[0], flags: flags, mode: mode),
-                                    mayBlock: true)
-        if res < 0 { throw Errno(rawValue: -res) }
-        return res
-    }
-
     static func rename(engine: IOEngine, from old: FilePath, to new: FilePath, noReplace: Bool) async throws(Errno) {
         let box = RequestMemory(paths: [old, new])
         let res = await box.perform(engine: engine, .renameat(oldDirectory: AT_FDCWD, oldPath: box.paths[0],
@@ -266,9 +249,12 @@ final class RequestMemory: @unchecked Sendable {
     let paths: [UnsafeMutablePointer<CChar>]
     let statx: UnsafeMutablePointer<cliburing_statx_t>?
     let buffer: UnsafeMutableRawBufferPointer?
+    /// Other memory the same requests point into, kept alive with this.
+    let other: RequestMemory?
 
     /// Paths are kept as the kernel has them (a name need not be UTF-8).
-    init(paths: [FilePath], statx: Bool = false, bufferSize: Int? = nil) {
+    init(paths: [FilePath], statx: Bool = false, bufferSize: Int? = nil, keeping other: RequestMemory? = nil) {
+        self.other = other
         self.paths = paths.map { path in
             path.withPlatformString { source in
                 let count = strlen(source) + 1
@@ -291,25 +277,6 @@ final class RequestMemory: @unchecked Sendable {
     func perform(engine: IOEngine, _ operation: IORequest.Operation, mayBlock: Bool = false) async -> Int32 {
         await withUnsafeContinuation { continuation in
             engine.submit(IORequest(operation, owner: self, mayBlock: mayBlock) { res in continuation.resume(returning: res) })
-        }
-    }
-
-    /// Two blocks of request memory kept alive together.
-    final class Pair: Sendable {
-        let first: RequestMemory
-        let second: RequestMemory?
-        init(_ first: RequestMemory, _ second: RequestMemory?) {
-            self.first = first
-            self.second = second
-        }
-
-        func submit(engine: IOEngine, _ operations: [IORequest.Operation], linked: Bool,
-                    _ completion: @escaping @Sendable ([Int32]) -> Void) {
-            let gather = Gather(count: operations.count, completion)
-            let requests = operations.enumerated().map { i, operation in
-                IORequest(operation, owner: self) { res in gather.set(i, res) }
-            }
-            if linked { engine.submit(linked: requests) } else { engine.submit(contentsOf: requests) }
         }
     }
 
@@ -406,9 +373,8 @@ struct SmallFileCopy: Sendable {
     /// - Parameter readFrom: the bytes, already read (by `probe`); nil: the chain reads them.
     private func copy(_ input: Int32, _ output: Int32, size: Int, readFrom: RequestMemory? = nil) {
         let memory = RequestMemory(paths: [paths.target] + (paths.destination.map { [$0] } ?? []),
-                                   bufferSize: readFrom == nil ? size : nil)
+                                   bufferSize: readFrom == nil ? size : nil, keeping: readFrom)
         let buffer = readFrom?.buffer ?? memory.buffer!
-        let owner = RequestMemory.Pair(memory, readFrom)
         var chain: [IORequest.Operation] = []
         if readFrom == nil {
             chain.append(.read(fd: input, buffer: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]), offset: 0))
@@ -422,7 +388,7 @@ struct SmallFileCopy: Sendable {
             chain.append(.renameat(oldDirectory: AT_FDCWD, oldPath: memory.paths[0], newDirectory: AT_FDCWD,
                                    newPath: memory.paths[1], flags: noReplace ? UInt32(RENAME_NOREPLACE) : 0))
         }
-        owner.submit(engine: engine, chain, linked: true) { [paths, createNew, completion] chainResults in
+        memory.submit(engine: engine, chain, linked: true) { [paths, createNew, completion] chainResults in
             // As if the read were part of the chain.
             let results = readFrom == nil ? chainResults : [Int32(size)] + chainResults
             if results.allSatisfy({ $0 >= 0 }) && results[0] == size && results[1] == size {
