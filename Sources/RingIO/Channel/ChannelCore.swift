@@ -398,44 +398,25 @@ final class ChannelCore: @unchecked Sendable {
 }
 
 /// One-request helpers for the path channels: statx and openat through the
-/// engine, with the memory they point at kept alive until completion.
-// @unchecked: `path` and `buffer` are written before the request is
-// submitted and read only in its completion.
-final class Probe: @unchecked Sendable {
-    private let path: UnsafeMutablePointer<CChar>
-    private let buffer = UnsafeMutablePointer<cliburing_statx_t>.allocate(capacity: 1)
-
-    /// The path as the kernel has it (a name need not be UTF-8).
-    private init(path: FilePath) {
-        self.path = path.withPlatformString { source in
-            let count = strlen(source) + 1
-            let pointer = UnsafeMutablePointer<CChar>.allocate(capacity: count)
-            pointer.initialize(from: source, count: count)
-            return pointer
-        }
-    }
-
-    deinit {
-        buffer.deallocate()
-        path.deallocate()
-    }
-
+/// engine, the path and statx buffer kept alive in a `RequestMemory` until
+/// completion.
+enum Probe {
     static func statx(engine: IOEngine, path: FilePath, follow: Bool,
                       _ completion: @escaping @Sendable (Result<FileKind, Errno>) -> Void) {
-        let probe = Probe(path: path)
+        let memory = RequestMemory(paths: [path], statx: true)
         let flags = follow ? 0 : AT_SYMLINK_NOFOLLOW
-        engine.submit(IORequest(.statx(directory: AT_FDCWD, path: probe.path, flags: flags,
-                                       mask: UInt32(STATX_TYPE), buffer: probe.buffer), owner: probe) { res in
+        engine.submit(IORequest(.statx(directory: AT_FDCWD, path: memory.paths[0], flags: flags,
+                                       mask: UInt32(STATX_TYPE), buffer: memory.statx!), owner: memory) { res in
             if res < 0 { return completion(.failure(Errno(rawValue: -res))) }
-            completion(.success(FileKind(mode: mode_t(probe.buffer.pointee.stx_mode))))
+            completion(.success(FileKind(mode: mode_t(memory.statx!.pointee.stx_mode))))
         })
     }
 
     static func open(engine: IOEngine, path: FilePath, flags: Int32, mode: UInt32,
                      _ completion: @escaping @Sendable (Result<Int32, Errno>) -> Void) {
-        let probe = Probe(path: path)
-        engine.submit(IORequest(.openat(directory: AT_FDCWD, path: probe.path, flags: flags, mode: mode),
-                                owner: probe, mayBlock: true) { res in
+        let memory = RequestMemory(paths: [path])
+        engine.submit(IORequest(.openat(directory: AT_FDCWD, path: memory.paths[0], flags: flags, mode: mode),
+                                owner: memory, mayBlock: true) { res in
             completion(res < 0 ? .failure(Errno(rawValue: -res)) : .success(res))
         })
     }

@@ -191,12 +191,9 @@ enum PathRequest {
             var failure = results.first { $0 < 0 }
             if failure == nil && info?.kind == .directory { failure = -EISDIR }
             if let failure {
-                if input >= 0 { _ = close(input) }
-                if output >= 0 {
-                    _ = close(output)
-                    if createNew { _ = paths.target.withPlatformString { unlink($0) } }
+                return cleanUp([input, output].filter { $0 >= 0 }, removing: output >= 0 && createNew ? paths.target : nil) {
+                    completion(.failure(Errno(rawValue: -failure)))
                 }
-                return completion(.failure(Errno(rawValue: -failure)))
             }
             completion(.success(Pair(info: info!, input: input, output: output)))
         }
@@ -228,6 +225,17 @@ enum PathRequest {
             }
         }
         return try result.get()
+    }
+
+    /// After a failure, on `IOQueue.global` rather than the engine's thread
+    /// (an unlink may wait on the file system): closes `fds`, removes
+    /// `removing`, then calls `then`.
+    static func cleanUp(_ fds: [Int32], removing target: FilePath?, then: @escaping @Sendable () -> Void) {
+        IOQueue.global.async {
+            for fd in fds { _ = close(fd) }
+            if let target { _ = target.withPlatformString { unlink($0) } }
+            then()
+        }
     }
 
     static func rename(engine: IOEngine, from old: FilePath, to new: FilePath, noReplace: Bool) async throws(Errno) {
@@ -363,10 +371,9 @@ struct SmallFileCopy: Sendable {
                       linked: false, mayBlock: true) { [self] results in
             let n = results[0]
             if n >= 0 && n < IO.smallFileLimit { return copy(input, output, size: Int(n), readFrom: memory) }
-            _ = close(input)
-            _ = close(output)
-            if createNew { _ = paths.target.withPlatformString { unlink($0) } }
-            completion(n < 0 ? .failed(Errno(rawValue: -n)) : .changed)
+            PathRequest.cleanUp([input, output], removing: createNew ? paths.target : nil) { [completion] in
+                completion(n < 0 ? .failed(Errno(rawValue: -n)) : .changed)
+            }
         }
     }
 
@@ -395,14 +402,12 @@ struct SmallFileCopy: Sendable {
                 return completion(.copied(Int64(size)))
             }
             // The chain broke: what was cancelled did not run.
-            if results[2] == -ECANCELED { _ = close(input) }
-            if results[3] == -ECANCELED { _ = close(output) }
-            if createNew { _ = paths.target.withPlatformString { unlink($0) } }
-            if (results[0] >= 0 && results[0] < size) || (results[1] >= 0 && results[1] < size) {
-                return completion(.changed)
-            }
+            let open = [(results[2], input), (results[3], output)].filter { $0.0 == -ECANCELED }.map(\.1)
+            let short = (results[0] >= 0 && results[0] < size) || (results[1] >= 0 && results[1] < size)
             let failure = results.first { $0 < 0 && $0 != -ECANCELED } ?? -EIO
-            completion(.failed(Errno(rawValue: -failure)))
+            PathRequest.cleanUp(open, removing: createNew ? paths.target : nil) {
+                completion(short ? .changed : .failed(Errno(rawValue: -failure)))
+            }
         }
     }
 }

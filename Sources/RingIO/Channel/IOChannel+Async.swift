@@ -290,12 +290,8 @@ extension IO {
     public static func writeFile(_ data: DataChunk, to path: FilePath, atomically: Bool = true,
                                  permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead],
                                  engine: IOEngine = .shared) async throws(Errno) {
-        guard path.isAbsolute, let name = path.lastComponent else { throw Errno.invalidArgument }
-        var target = path
-        if atomically {
-            let random = UInt64.random(in: 0 ... .max)
-            target = path.removingLastComponent().appending(".\(name.string).ringio-\(String(random, radix: 36))")
-        }
+        guard path.isAbsolute, let temporary = temporaryPath(beside: path) else { throw Errno.invalidArgument }
+        let target = atomically ? temporary : path
         let options: FileDescriptor.OpenOptions = atomically ? [.create, .exclusiveCreate] : [.create, .truncate]
         let channel = try IOChannel(kind: .stream, path: target, mode: .writeOnly, options: options,
                                     permissions: permissions, queue: .global, engine: engine)
