@@ -87,6 +87,10 @@ static inline int cliburing_sized_pipe(int fds[2], int size) {
 
 static inline int cliburing_errno(void) { return errno; }
 
+// glibc 2.32+: the symbolic name of an errno value ("ENOENT"), or NULL.
+extern const char *strerrorname_np(int errnum);
+static inline const char *cliburing_errno_name(int e) { return strerrorname_np(e); }
+
 /// AT_EMPTY_PATH (glibc defines it only under _GNU_SOURCE).
 static inline int cliburing_at_empty_path(void) { return 0x1000; /* AT_EMPTY_PATH */ }
 
