@@ -106,6 +106,15 @@ final class ChannelCore: @unchecked Sendable {
         return position < 0 ? .failure(Errno(rawValue: cliburing_errno())) : .success(Int64(position))
     }
 
+    /// A path channel's check or open error; `nil` while it works, and for fd channels.
+    var pathFailure: Errno? {
+        guard pathSpec != nil else { return nil }
+        return lock.withLock { () -> Errno? in
+            if case .failed(let error) = target { return error }
+            return nil
+        }
+    }
+
     /// What a channel made from this one starts from (`IOChannel(kind:channel:)`).
     func derive(kind newKind: IOChannel.Kind) -> (Target?, PathSpec?) {
         lock.withLock { () -> (Target?, PathSpec?) in

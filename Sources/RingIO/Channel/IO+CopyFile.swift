@@ -47,7 +47,7 @@ extension IO {
     /// with the source's permission bits), reading ahead at most two chunks
     /// while up to four are being written.
     ///
-    /// - Throws: `EINVAL` for a relative path; the open, read or write error.
+    /// - Throws: `EINVAL` for an empty path; the open, read or write error.
     public static func copyFile(from source: FilePath, to destination: FilePath,
                                 engine: IOEngine = .shared) async throws(Errno) {
         try await copyFile(from: source, to: destination, options: CopyOptions(), engine: engine)
@@ -65,7 +65,7 @@ extension IO {
     /// chunks read ahead and up to four writes outstanding.
     ///
     /// - Returns: the number of bytes copied.
-    /// - Throws: `EINVAL` for a relative path, `EISDIR` for a directory,
+    /// - Throws: `EINVAL` for an empty path, `EISDIR` for a directory,
     ///   `EEXIST` when `exclusive` finds the destination; the stat, open,
     ///   read, write, close or rename error; `ECANCELED` when the task is
     ///   cancelled. With `atomically` (or `exclusive`), a failed copy removes
@@ -73,7 +73,8 @@ extension IO {
     @discardableResult
     public static func copyFile(from source: FilePath, to destination: FilePath, options: CopyOptions,
                                 engine: IOEngine = .shared) async throws(Errno) -> Int64 {
-        guard source.isAbsolute, destination.isAbsolute else { throw Errno.invalidArgument }
+        // Relative paths are resolved against the current directory now; an empty one is EINVAL.
+        let source = try absolute(source).get(), destination = try absolute(destination).get()
         var target = destination
         if options.atomically {
             guard let temporary = temporaryPath(beside: destination) else { throw Errno.invalidArgument }

@@ -265,51 +265,6 @@ final class ChunkStream: Sendable {
     var readAheadBytes: Int { state.withLock { $0.operation }?.readAheadBytes ?? 0 }
 }
 
-extension IO {
-    /// The whole file at `path`.
-    ///
-    /// - Throws: `EINVAL` for a relative path, the open error (`ENOENT`,
-    ///   `EACCES`, `EISDIR`, ...) or the read error; `ECANCELED` when the
-    ///   task is cancelled.
-    public static func readFile(at path: FilePath, engine: IOEngine = .shared) async throws(Errno) -> DataChunk {
-        let channel = try IOChannel(kind: .stream, path: path, mode: .readOnly, queue: .global, engine: engine)
-        defer { channel.close() }
-        return try await channel.read(length: .max)
-    }
-
-    /// Writes `data` to the file at `path`, creating or replacing it.
-    ///
-    /// With `atomically` (the default) the bytes go to a new file beside
-    /// `path`, which is flushed (`fsync`) and then renamed over `path`:
-    /// readers see the old contents or the new, never a mix, and a failure
-    /// leaves `path` as it was. Otherwise `path` is truncated and written
-    /// in place.
-    ///
-    /// - Throws: `EINVAL` for a relative path; the open, write, `fsync` or
-    ///   `rename` error.
-    public static func writeFile(_ data: DataChunk, to path: FilePath, atomically: Bool = true,
-                                 permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead],
-                                 engine: IOEngine = .shared) async throws(Errno) {
-        guard path.isAbsolute, let temporary = temporaryPath(beside: path) else { throw Errno.invalidArgument }
-        let target = atomically ? temporary : path
-        let options: FileDescriptor.OpenOptions = atomically ? [.create, .exclusiveCreate] : [.create, .truncate]
-        let channel = try IOChannel(kind: .stream, path: target, mode: .writeOnly, options: options,
-                                    permissions: permissions, queue: .global, engine: engine)
-        defer { channel.close() }
-        do throws(Errno) {
-            try await channel.write(data: data)
-            if atomically {
-                try await channel.synchronize()
-                let renamed = target.withPlatformString { t in path.withPlatformString { rename(t, $0) } }
-                if renamed != 0 { throw Errno(rawValue: cliburing_errno()) }
-            }
-        } catch {
-            if atomically { _ = target.withPlatformString { unlink($0) } }
-            throw error
-        }
-    }
-}
-
 /// A bound on the writes outstanding, for `IO.copyFile`: `acquire` waits
 /// while `limit` are outstanding and throws the first write error.
 final class WriteWindow: Sendable {

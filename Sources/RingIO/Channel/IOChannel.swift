@@ -63,18 +63,51 @@ public final class IOChannel: Sendable {
     /// A channel on the file at `path`, opened before the first operation
     /// (or barrier) runs and closed before `cleanup` runs.
     ///
-    /// The path is checked at once, asynchronously (with `.create` and no
-    /// file: its directory); a check or open error (`ENOENT`, `EACCES`,
-    /// `EISDIR`, ...) goes to `cleanup` and to every operation.
+    /// A relative `path` is resolved against the current directory now: a
+    /// later `chdir` does not change which file the channel names. The path
+    /// is checked at once, asynchronously (with `.create` and no file: its
+    /// directory); a check or open error (`ENOENT`, `EACCES`, `EISDIR`,
+    /// ...) goes to `cleanup` and to every operation as an `Errno`, and
+    /// ``openError`` then holds it with the path and the operation.
     ///
-    /// - Throws: `Errno.invalidArgument` when `path` is not absolute.
+    /// - Throws: an ``IOError`` with `Errno.invalidArgument` for an empty
+    ///   path, or `getcwd`'s error for a relative path when the current
+    ///   directory is gone.
     public init(kind: Kind, path: FilePath, mode: FileDescriptor.AccessMode,
                 options: FileDescriptor.OpenOptions = [], permissions: FilePermissions? = nil,
                 queue: IOQueue, engine: IOEngine = .shared,
-                cleanup: @escaping @Sendable (Errno?) -> Void = { _ in }) throws(Errno) {
-        guard path.isAbsolute else { throw Errno.invalidArgument }
-        core = ChannelCore(kind: kind, path: PathSpec(path: path, mode: mode, options: options, permissions: permissions),
+                cleanup: @escaping @Sendable (Errno?) -> Void = { _ in }) throws(IOError) {
+        let resolved: FilePath
+        switch IO.absolute(path) {
+        case .success(let absolute): resolved = absolute
+        case .failure(let error): throw IOError(IOChannel.openOperation(mode), path: path, errno: error)
+        }
+        core = ChannelCore(kind: kind, path: PathSpec(path: resolved, mode: mode, options: options,
+                                                      permissions: permissions),
                            queue: queue, engine: engine, cleanup: cleanup)
+    }
+
+    /// The absolute path of a path channel (a relative one as resolved at
+    /// creation); `nil` for a channel on a file descriptor.
+    public var path: FilePath? { core.pathSpec?.path }
+
+    /// Why a path channel could not check or open its file, with the path:
+    /// "Unable to open '/x/y' for reading: No such file or directory
+    /// (ENOENT)". `nil` while the channel works, and for fd channels.
+    ///
+    /// Handlers and `cleanup` receive the bare `Errno` (as libdispatch's do);
+    /// read this property from them for the whole story.
+    public var openError: IOError? {
+        guard let spec = core.pathSpec, let error = core.pathFailure else { return nil }
+        return IOError(IOChannel.openOperation(spec.mode), path: spec.path, errno: error)
+    }
+
+    static func openOperation(_ mode: FileDescriptor.AccessMode) -> IOError.Operation {
+        switch mode {
+        case .readOnly: .openForReading
+        case .writeOnly: .openForWriting
+        default: .open
+        }
     }
 
     /// A channel on the same file as `channel`, with new settings.

@@ -12,7 +12,9 @@ import SystemPackage
 /// Unable to open '/x/y' for reading: No such file or directory (ENOENT)
 /// ```
 ///
-/// Match it by its errno as you would an `Errno`:
+/// Match it by its errno as you would an `Errno`, where the `do` block's
+/// error type is `IOError` (every RingIO API that throws it is typed
+/// `throws(IOError)`, so a `do` around RingIO calls only infers it):
 ///
 /// ```swift
 /// do {
@@ -23,6 +25,10 @@ import SystemPackage
 ///     print(error)          // the whole story: operation, path, errno
 /// }
 /// ```
+///
+/// Once the error has become an `any Error` (thrown on by a function
+/// declared plain `throws`), `catch Errno.x` no longer sees it: match
+/// `catch let error as IOError where error.errno == .noSuchFileOrDirectory`.
 public struct IOError: Error, Sendable, Hashable, CustomStringConvertible {
     /// What RingIO was doing when the error happened.
     public struct Operation: Sendable, Hashable, CustomStringConvertible {
@@ -41,6 +47,8 @@ public struct IOError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let openForReading = Operation("open", " for reading")
         /// Opening (or creating) a file to write it.
         public static let openForWriting = Operation("open", " for writing")
+        /// Opening a file to read and write it.
+        public static let open = Operation("open")
         /// Creating a file or directory.
         public static let create = Operation("create")
         /// Reading a file's metadata (`stat`, `statx`).
@@ -79,13 +87,24 @@ public struct IOError: Error, Sendable, Hashable, CustomStringConvertible {
     public var side: Side?
     /// The system's error number.
     public var errno: Errno
+    /// More about the failure, when the errno alone does not say it
+    /// ("more than the maximum size of 1024 bytes").
+    public var detail: String?
 
     /// An error for `operation` on `path` (the side of a copy, if any).
-    public init(_ operation: Operation, path: FilePath?, side: Side? = nil, errno: Errno) {
+    ///
+    /// - Parameters:
+    ///   - operation: what was being done.
+    ///   - path: the file concerned, if any.
+    ///   - side: for a copy, which file the error concerns.
+    ///   - errno: the system's error number.
+    ///   - detail: more words for the description, if the errno is not enough.
+    public init(_ operation: Operation, path: FilePath?, side: Side? = nil, errno: Errno, detail: String? = nil) {
         self.operation = operation
         self.path = path
         self.side = side
         self.errno = errno
+        self.detail = detail
     }
 
     /// "Unable to open '/x/y' for reading: No such file or directory (ENOENT)".
@@ -95,6 +114,7 @@ public struct IOError: Error, Sendable, Hashable, CustomStringConvertible {
         text += operation.suffix
         text += ": \(errno)"
         if let name = IOError.symbolicName(of: errno) { text += " (\(name))" }
+        if let detail { text += ": \(detail)" }
         return text
     }
 

@@ -8,6 +8,9 @@ extension DataChunk: RandomAccessCollection {
     public typealias Element = UInt8
     public typealias Index = Int
     public typealias Indices = Range<Int>
+    /// `Slice<DataChunk>` for generic code, which needs the base's indices;
+    /// `chunk[a..<b]` written directly gives a `DataChunk` (see `subscript(_:)`).
+    public typealias SubSequence = Slice<DataChunk>
 
     public var startIndex: Int { 0 }
     public var endIndex: Int { count }

@@ -17,11 +17,11 @@ import Musl
 /// |---------------------------------|----------------------------------|-------------------------------|
 /// | `init(bytesNoCopy:deallocator:)`| no                               | O(1)                          |
 /// | `init(_:)`, `init(copying:)`    | yes, once                        | O(count)                      |
-/// | `concat`, `+`                   | no                               | O(log regions)                |
-/// | `subrange`                      | no                               | O(log regions)                |
+/// | `concat`, `+`, `+=`, `append`   | no                               | O(log regions)                |
+/// | `subrange`, `chunk[a..<b]`      | no                               | O(log regions)                |
 /// | `region(containing:)`           | no                               | O(log regions)                |
-/// | `map()`                         | only if `regionCount > 1`        | O(1) or O(count)              |
-/// | `withUnsafeBytes`               | only if `regionCount > 1`        | as `map()`                    |
+/// | `contiguous()` (`map()`)        | only if `regionCount > 1`        | O(1) or O(count)              |
+/// | `withUnsafeBytes`               | only if `regionCount > 1`        | as `contiguous()`             |
 /// | `apply`                         | no                               | O(regions)                    |
 /// | `copyBytes(to:from:)`           | into your buffer                 | O(log regions + bytes)        |
 /// | iteration (`for byte in chunk`) | no                               | O(count) in all               |
@@ -147,11 +147,11 @@ public struct DataChunk: Sendable {
         return DataChunk(root: Node.slice(root, range))
     }
 
-    /// A chunk with the same bytes in at most one region: `self` when it
-    /// already is (no copy), else one new buffer with every byte copied.
+    /// The same bytes in at most one region: `self` when the chunk already
+    /// is contiguous (no copy), else one new buffer with every byte copied.
     ///
     /// The corresponding libdispatch function is `dispatch_data_create_map`.
-    public func map() -> DataChunk {
+    public func contiguous() -> DataChunk {
         guard let root, !root.isLeaf else { return self }
         let storage = Storage.allocate(count: root.count) { destination in
             _ = root.forEachRegion(in: 0..<root.count) { leaf, range, offset in
@@ -170,7 +170,7 @@ public struct DataChunk: Sendable {
         if root.isLeaf {
             return try withExtendedLifetime(root) { try body(root.bytes) }
         }
-        return try map().withUnsafeBytes(body)
+        return try contiguous().withUnsafeBytes(body)
     }
 
     /// Visits the regions in order: `body(region, offset, bytes)` gets the

@@ -7,7 +7,12 @@ public final class IOGroup: Sendable {
     // and the notifications waiting for the count to reach zero.
     private nonisolated(unsafe) var count = 0
     private nonisolated(unsafe) var notifications: [(IOQueue, @Sendable () -> Void)] = []
+    // Read and written only under `lock`: tasks suspended in `wait() async`.
+    private nonisolated(unsafe) var waiters: [UnsafeContinuation<Void, Never>] = []
 
+    /// An empty group.
+    ///
+    /// The corresponding libdispatch function is `dispatch_group_create`.
     public init() {}
 
     /// Marks the start of one item.
@@ -23,24 +28,59 @@ public final class IOGroup: Sendable {
     ///
     /// The corresponding libdispatch function is `dispatch_group_leave`.
     public func leave() {
-        let ready = lock.withLock { () -> [(IOQueue, @Sendable () -> Void)] in
+        let (ready, tasks) = lock.withLock { () -> ([(IOQueue, @Sendable () -> Void)], [UnsafeContinuation<Void, Never>]) in
             precondition(count > 0, "IOGroup.leave() without a matching enter()")
             count -= 1
-            guard count == 0 else { return [] }
+            guard count == 0 else { return ([], []) }
             lock.broadcast()
-            defer { notifications = [] }
-            return notifications
+            defer {
+                notifications = []
+                waiters = []
+            }
+            return (notifications, waiters)
         }
         for (queue, work) in ready { queue.async(work) }
+        for task in tasks { task.resume() }
     }
 
-    /// Waits until every entered item has left.
+    /// Blocks the calling thread until every entered item has left.
+    ///
+    /// Do not call it from a task (it would hold one of Swift's few
+    /// cooperative threads): `await wait()` there.
     ///
     /// The corresponding libdispatch function is `dispatch_group_wait` with
     /// `DISPATCH_TIME_FOREVER`.
     public func wait() {
         lock.withLock {
             while count > 0 { lock.wait() }
+        }
+    }
+
+    /// Suspends the calling task until every entered item has left, without
+    /// blocking a thread: the way to wait for handlers from `async` code
+    /// (a `main.swift`, a test, an actor).
+    ///
+    /// ```swift
+    /// let group = IOGroup()
+    /// group.enter()
+    /// IO.read(from: .standardInput, length: 4096, queue: .global) { data, _ in
+    ///     print(data.count, "bytes")
+    ///     group.leave()
+    /// }
+    /// await group.wait()
+    /// ```
+    ///
+    /// The task resumes on the thread that called the last `leave()` and
+    /// continues on its own executor. Cancelling the task does not end the
+    /// wait: leave the group to end it.
+    public func wait() async {
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            let now = lock.withLock { () -> Bool in
+                if count == 0 { return true }
+                waiters.append(continuation)
+                return false
+            }
+            if now { continuation.resume() }
         }
     }
 

@@ -1,0 +1,108 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CLiburing
+import SystemPackage
+
+extension IO {
+    /// The most bytes `readFile(at:maximumSize:engine:)` returns unless told
+    /// otherwise: 256 MiB.
+    public static let defaultMaximumFileSize = 256 << 20
+
+    /// `path` as an absolute path: a relative one is resolved against the
+    /// current directory now, so a later `chdir` does not change which file
+    /// it names. Not normalized (`..` stays for the kernel to resolve).
+    ///
+    /// - Returns: `EINVAL` for an empty path; `getcwd`'s error (`ENOENT`
+    ///   when the current directory was removed).
+    static func absolute(_ path: FilePath) -> Result<FilePath, Errno> {
+        if path.isEmpty { return .failure(.invalidArgument) }
+        if path.isAbsolute { return .success(path) }
+        guard let cwd = getcwd(nil, 0) else { return .failure(Errno(rawValue: cliburing_errno())) }
+        defer { free(cwd) }
+        return .success(FilePath(platformString: cwd).pushing(path))
+    }
+
+    /// The whole file at `path`, at most `maximumSize` bytes of it.
+    ///
+    /// A relative `path` is resolved against the current directory at the
+    /// call. A file larger than `maximumSize` (or a device or pipe that
+    /// gives more, such as `/dev/zero`) fails with `EFBIG` after reading at
+    /// most `maximumSize + 1` bytes; pass a larger limit, or read with
+    /// ``IOChannel/chunks(offset:length:)`` to stream a file of any size.
+    ///
+    /// ```swift
+    /// let config = try await IO.readFile(at: "config.json", maximumSize: 1 << 20)
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - path: the file to read.
+    ///   - maximumSize: the most bytes accepted (default
+    ///     ``defaultMaximumFileSize``, 256 MiB).
+    ///   - engine: the engine that runs the reads.
+    /// - Throws: an ``IOError``: `.openForReading` with the open error
+    ///   (`ENOENT`, `EACCES`, `EISDIR`, `EINVAL` for an empty path, ...);
+    ///   `.read` with the read error, `EFBIG` past `maximumSize`, or
+    ///   `ECANCELED` when the task is cancelled.
+    public static func readFile(at path: FilePath, maximumSize: Int = defaultMaximumFileSize,
+                                engine: IOEngine = .shared) async throws(IOError) -> DataChunk {
+        let path = try absolute(path).mapError { IOError(.openForReading, path: path, errno: $0) }.get()
+        let channel = try IOChannel(kind: .stream, path: path, mode: .readOnly, queue: .global, engine: engine)
+        defer { channel.close() }
+        let limit = Swift.max(maximumSize, 0)
+        let bytes: DataChunk
+        do throws(Errno) {
+            bytes = try await channel.read(length: limit == .max ? .max : limit + 1)
+        } catch {
+            throw IOError(channel.core.pathFailure != nil ? .openForReading : .read, path: path, errno: error)
+        }
+        guard bytes.count <= limit else {
+            throw IOError(.read, path: path, errno: .fileTooLarge,
+                          detail: "more than the maximum size of \(limit) bytes")
+        }
+        return bytes
+    }
+
+    /// Writes `data` to the file at `path`, creating or replacing it.
+    ///
+    /// A relative `path` is resolved against the current directory at the
+    /// call. With `atomically` (the default) the bytes go to a new file
+    /// beside `path`, which is flushed (`fsync`) and then renamed over
+    /// `path`: readers see the old contents or the new, never a mix, and a
+    /// failure leaves `path` as it was. Otherwise `path` is truncated and
+    /// written in place.
+    ///
+    /// - Throws: an ``IOError`` naming the step that failed and its file
+    ///   (the temporary file for `.openForWriting`, `.write` and
+    ///   `.synchronize` when `atomically`; `path` for `.rename`).
+    public static func writeFile(_ data: DataChunk, to path: FilePath, atomically: Bool = true,
+                                 permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead],
+                                 engine: IOEngine = .shared) async throws(IOError) {
+        let path = try absolute(path).mapError { IOError(.openForWriting, path: path, errno: $0) }.get()
+        guard let temporary = temporaryPath(beside: path) else {
+            throw IOError(.openForWriting, path: path, errno: .invalidArgument)
+        }
+        let target = atomically ? temporary : path
+        let options: FileDescriptor.OpenOptions = atomically ? [.create, .exclusiveCreate] : [.create, .truncate]
+        let channel = try IOChannel(kind: .stream, path: target, mode: .writeOnly, options: options,
+                                    permissions: permissions, queue: .global, engine: engine)
+        defer { channel.close() }
+        var step = IOError.Operation.write
+        do throws(Errno) {
+            try await channel.write(data: data)
+            if atomically {
+                step = .synchronize
+                try await channel.synchronize()
+                step = .rename
+                let renamed = target.withPlatformString { t in path.withPlatformString { rename(t, $0) } }
+                if renamed != 0 { throw Errno(rawValue: cliburing_errno()) }
+            }
+        } catch {
+            if atomically { _ = target.withPlatformString { unlink($0) } }
+            if channel.core.pathFailure != nil { step = .openForWriting }
+            throw IOError(step, path: step == .rename ? path : target, errno: error)
+        }
+    }
+}
