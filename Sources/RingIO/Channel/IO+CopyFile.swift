@@ -21,6 +21,7 @@ extension IO {
         /// source's. An existing file that is truncated keeps its own.
         public var permissions: FilePermissions?
 
+        /// Options for `copyFile(from:to:options:engine:)`; each is described on its property.
         public init(atomically: Bool = false, exclusive: Bool = false, permissions: FilePermissions? = nil) {
             self.atomically = atomically
             self.exclusive = exclusive

@@ -137,7 +137,9 @@ extension IOChannel {
 
     /// An asynchronous sequence of the chunks of one read, with backpressure.
     public struct Chunks: AsyncSequence, Sendable {
+        /// Each element is one delivery of the read.
         public typealias Element = DataChunk
+        /// The read's error; `Errno.canceled` when the task is cancelled.
         public typealias Failure = Errno
 
         let channel: IOChannel
@@ -150,7 +152,9 @@ extension IOChannel {
 
         /// The iterator; dropping it before the end cancels the read.
         public struct Iterator: AsyncIteratorProtocol {
+            /// Each element is one delivery of the read.
             public typealias Element = DataChunk
+            /// The read's error; `Errno.canceled` when the task is cancelled.
             public typealias Failure = Errno
 
             let stream: ChunkStream

@@ -36,7 +36,9 @@ extension IOChannel {
 
     /// The chunks of a growing file: see ``chunks(offset:follow:pollInterval:)``.
     public struct FollowedChunks: AsyncSequence, Sendable {
+        /// Each element is one delivery of the read.
         public typealias Element = DataChunk
+        /// The read's error; `Errno.canceled` when the task is cancelled.
         public typealias Failure = Errno
 
         let channel: IOChannel
@@ -49,7 +51,9 @@ extension IOChannel {
 
         /// The iterator: one read to the end of the file at a time, then a wait.
         public struct Iterator: AsyncIteratorProtocol {
+            /// Each element is one delivery of the read.
             public typealias Element = DataChunk
+            /// The read's error; `Errno.canceled` when the task is cancelled.
             public typealias Failure = Errno
 
             let channel: IOChannel

@@ -69,6 +69,16 @@ public final class IOEngine: Sendable {
         /// io_uring only.
         public var registeredFileSlots: Int
 
+        /// A configuration with `ringEntries` submission-queue entries (the
+        /// completion queue gets twice as many) and the other settings at
+        /// their defaults.
+        ///
+        /// - Parameters:
+        ///   - ringEntries: the size of the io_uring submission queue; more
+        ///     requests than this wait in the engine, in order.
+        ///   - backend: `nil` (the default) tries io_uring and falls back to
+        ///     the thread pool if it cannot be set up; `.ioUring` throws the
+        ///     setup error instead; `.threadPool` never tries io_uring.
         public init(ringEntries: Int = 256, backend: Backend? = nil) {
             self.ringEntries = ringEntries
             self.backend = backend

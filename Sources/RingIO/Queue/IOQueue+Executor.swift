@@ -15,6 +15,9 @@
 ///
 /// Any `IOQueue` is a `TaskExecutor` (`Task(executorPreference: queue)`).
 extension IOQueue: SerialExecutor, TaskExecutor {
+    /// Runs `job` (a task's next part, or an actor's) as one work item of
+    /// this queue: on a serial queue isolated to it, in order with the
+    /// queue's other work; on a concurrent queue, as the task's executor.
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         switch kind {
@@ -39,6 +42,9 @@ extension IOQueue: SerialExecutor, TaskExecutor {
         return UnownedSerialExecutor(ordinary: self)
     }
 
+    /// This queue as a task executor: `Task(executorPreference: queue)` or
+    /// `withTaskExecutorPreference(queue)` runs a task's nonisolated code,
+    /// the code after each `await` included, on the queue.
     public func asUnownedTaskExecutor() -> UnownedTaskExecutor {
         UnownedTaskExecutor(ordinary: self)
     }
