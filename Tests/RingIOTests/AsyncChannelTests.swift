@@ -171,7 +171,7 @@ struct AsyncChannelTests {
         #expect(mismatches == 0)
     }
 
-    @Test("writeFile (atomic and in place), readFile and copyFile; relative paths throw EINVAL", arguments: allBackends)
+    @Test("writeFile (atomic and in place), readFile and copyFile; an empty path throws EINVAL, errors name the file", arguments: allBackends)
     func conveniences(backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)
         let dir = TemporaryDirectory()
@@ -188,13 +188,16 @@ struct AsyncChannelTests {
         try await IO.copyFile(from: target, to: FilePath(dir.file("copy")), engine: engine)
         let copied = try await IO.readFile(at: FilePath(dir.file("copy")), engine: engine)
         #expect(Array(copied) == bytes)
-        await #expect(throws: Errno.invalidArgument) { try await IO.readFile(at: "relative/path", engine: engine) }
-        await #expect(throws: Errno.noSuchFileOrDirectory) {
+        let empty = await #expect(throws: IOError.self) { try await IO.readFile(at: "", engine: engine) }
+        #expect(empty?.errno == .invalidArgument)
+        let missing = await #expect(throws: IOError.self) {
             try await IO.readFile(at: FilePath(dir.file("missing")), engine: engine)
         }
-        await #expect(throws: Errno.noSuchFileOrDirectory) {
+        #expect(missing?.errno == .noSuchFileOrDirectory && missing?.path == FilePath(dir.file("missing")))
+        let noDirectory = await #expect(throws: IOError.self) {
             try await IO.writeFile(DataChunk(bytes), to: FilePath(dir.file("no/such/dir/file")), engine: engine)
         }
+        #expect(noDirectory?.errno == .noSuchFileOrDirectory && noDirectory?.operation == .openForWriting)
     }
 
     @Test("an actor on a serial IOQueue takes handler calls on that queue without a hop", arguments: allBackends)

@@ -76,7 +76,7 @@ struct CopyFileTests {
         #expect(Self.leftovers(dir.path, keeping: ["src", "dst"]) == [])
     }
 
-    @Test("errors: a missing source, a directory, a missing destination directory, relative paths", arguments: allBackends)
+    @Test("errors: a missing source, a directory, a missing destination directory, an empty path", arguments: allBackends)
     func errors(backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)
         let dir = TemporaryDirectory()
@@ -94,7 +94,7 @@ struct CopyFileTests {
             }
         }
         await #expect(throws: Errno.invalidArgument) {
-            try await IO.copyFile(from: "relative", to: FilePath(dir.file("x")), options: .init(), engine: engine)
+            try await IO.copyFile(from: "", to: FilePath(dir.file("x")), options: .init(), engine: engine)
         }
         #expect(Self.leftovers(dir.path, keeping: ["src"]) == [])
     }

@@ -278,9 +278,10 @@ struct InjectedFaultTests {
         let old = randomBytes(500, seed: 21)
         try writeFile(dir.file("keep"), old)
         engine.faults.add(.init(target: .writes, fault: .fail(EIO), times: 1))
-        await #expect(throws: Errno.ioError) {
+        let error = await #expect(throws: IOError.self) {
             try await IO.writeFile(DataChunk(content), to: FilePath(dir.file("keep")), engine: engine)
         }
+        #expect(error?.errno == .ioError && error?.operation == .write)
         #expect(try readFile(dir.file("keep")) == old)
         let leftovers = try FileManagerLite.names(in: dir.path).filter { $0.contains("ringio-") }
         #expect(leftovers.isEmpty, "temporary files left: \(leftovers)")
