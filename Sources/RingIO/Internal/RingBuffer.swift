@@ -39,6 +39,16 @@ struct RingBuffer<Element> {
 
     var first: Element? { count > 0 ? storage[head] : nil }
 
+    /// The first non-nil result of `transform` over the elements, in order.
+    func firstMap<T>(_ transform: (Element) -> T?) -> T? {
+        for i in 0..<count {
+            var j = head + i
+            if j >= storage.count { j -= storage.count }
+            if let e = storage[j], let t = transform(e) { return t }
+        }
+        return nil
+    }
+
     /// Removes every element matching `predicate`, keeping the others in order.
     mutating func removeAll(where predicate: (Element) -> Bool) -> [Element] {
         var kept = RingBuffer(initialCapacity: storage.count)
