@@ -49,7 +49,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     let tables: RingTables
 
     // Ring thread only.
-    private var backlog = RingBuffer<IORequest>(initialCapacity: 256)
+    private var backlog = TicketQueue<IORequest>()
     private var cancels = RingBuffer<IORequest>(initialCapacity: 16)
     private var outstanding = 0
     private var wakeArmed = false
@@ -347,15 +347,14 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         }
         guard case .cancel(let target) = request.operation else {
             request.engineState = .queued
-            backlog.append(request)
+            request.backlogTicket = backlog.append(request)
             return
         }
         switch target.engineState {
         case .queued:
             // Not yet in the kernel: complete it here (with its whole chain).
-            let head = target.chainHead
-            let removed = backlog.removeAll { $0 === target || (head != nil && $0.chainHead === head) }
-            for r in removed {
+            // O(1) per request (a chain's requests hold consecutive tickets).
+            for r in backlog.removeQueued(target) {
                 r.engineState = .done
                 r.completion(-ECANCELED)
             }
