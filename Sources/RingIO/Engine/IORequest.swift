@@ -86,6 +86,9 @@ public final class IORequest: @unchecked Sendable {
     weak var chainHead: IORequest?
     /// Its place in the backend's backlog while `.queued` (see `TicketQueue`).
     var backlogTicket = 0
+    /// io_uring: submit with `IOSQE_ASYNC` (an open of a FIFO for writing,
+    /// retried after the ring's non-blocking first try gave ENXIO).
+    var forceAsync = false
     /// Thread-pool backend: the worker running the request, while it runs.
     var worker: AnyObject?
 

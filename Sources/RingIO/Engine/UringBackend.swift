@@ -463,6 +463,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         case .cancel:
             fatalError("unreachable: cancels are prepared in fill()")
         }
+        if request.forceAsync { cliburing_sqe_add_flags(sqe, cliburing_iosqe_async()) }
         // A registered fd: the SQE names its table index instead.
         if let slot = request.fixedFile, let index = tables.index(for: slot, backend: self) {
             sqe.pointee.fd = index
@@ -478,6 +479,16 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         }
         if userData == 0 { return }  // the shutdown cancel-all
         let request = Unmanaged<IORequest>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(userData))!).takeRetainedValue()
+        if res == -ENXIO, !request.forceAsync, request.chainHead == nil,
+           case .openat(_, _, let flags, _) = request.operation, flags & O_NONBLOCK == 0 {
+            // io_uring tries an open without blocking first, and a FIFO with no
+            // reader then gives ENXIO where a blocking open waits for one:
+            // open it again on the ring's workers, which block (and can be cancelled).
+            request.forceAsync = true
+            request.engineState = .queued
+            request.backlogTicket = backlog.append(request)
+            return
+        }
         request.engineState = .done
         request.completion(res)
     }
