@@ -335,7 +335,9 @@ func heapWithoutIdleBuffers() -> UInt {
     let taken = (0..<(pool.maximumIdle + BufferPool.registrableCount)).map { _ in pool.take() }
     for (buffer, slot) in taken where slot < 0 { free(buffer) }
     let permanent = taken.filter { $0.1 >= 0 }
-    let heap = ringio_test_heap_in_use() - UInt(permanent.count * pool.bufferSize)
+    let inUse = ringio_test_heap_in_use(), held = UInt(permanent.count * pool.bufferSize)
+    let heap = inUse > held ? inUse - held : 0
     for (buffer, slot) in permanent { pool.give(buffer, slot: slot) }
     return heap
 }
+
