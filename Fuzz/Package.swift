@@ -14,6 +14,11 @@ let package = Package(
             name: "DataChunkFuzz",
             dependencies: [.product(name: "RingIO", package: "RingIO")]
         ),
+        // The channel API against a model file (public API only).
+        .executableTarget(
+            name: "ChannelFuzz",
+            dependencies: [.product(name: "RingIO", package: "RingIO")]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -254,6 +254,21 @@ final class ChannelCore: @unchecked Sendable {
         _ = lock.withLock { active.removeValue(forKey: ObjectIdentifier(operation)) }
     }
 
+    /// Task cancellation of `operation`: an operation still waiting for its
+    /// path to open (a FIFO with no other end blocks there) ends at once with
+    /// `ECANCELED`, as `close(stop: true)` ends it; any other is stopped.
+    func cancel(_ operation: ChannelOperation) {
+        let waitingForOpen = lock.withLock { () -> Bool in
+            guard let index = deferred.firstIndex(where: {
+                if case .operation(let op) = $0 { return op === operation }
+                return false
+            }) else { return false }
+            deferred.remove(at: index)
+            return true
+        }
+        if waitingForOpen { operation.finishWithoutIO(.canceled) } else { operation.stop() }
+    }
+
     // MARK: - close
 
     func close(stop: Bool) {

@@ -34,14 +34,52 @@ extension IO {
     /// trips through the engine.
     public static let smallFileLimit = 256 << 10
 
-    /// A free name beside `path` for a temporary file: `.name.ringio-XXXX`
-    /// in the same directory, so that a rename onto `path` is atomic.
+    /// A free name beside `path` for a temporary file:
+    /// `.name.ringio-PID-XXXX` in the same directory (PID: this process, in
+    /// decimal; XXXX: random), so that a rename onto `path` is atomic and
+    /// `removeStaleTemporaries(beside:)` can tell whose it is.
     ///
     /// - Returns: `nil` when `path` has no last component.
     public static func temporaryPath(beside path: FilePath) -> FilePath? {
         guard let name = path.lastComponent else { return nil }
         let random = UInt64.random(in: 0 ... .max)
-        return path.removingLastComponent().appending(".\(name.string).ringio-\(String(random, radix: 36))")
+        return path.removingLastComponent()
+            .appending(".\(name.string).ringio-\(getpid())-\(String(random, radix: 36))")
+    }
+
+    /// Removes the temporary files beside `path` that a process killed
+    /// before it could rename or remove them left behind (`IO.writeFile` with
+    /// `atomically`, `IO.copyFile` with `atomically`, ringcp): the names
+    /// `temporaryPath(beside: path)` makes, whose creating process no longer
+    /// exists. A temporary of a live process (this one included) is never
+    /// touched. `IO.writeFile` calls this before it writes.
+    ///
+    /// - Returns: the number of files removed (0 when the directory cannot be read).
+    @discardableResult
+    public static func removeStaleTemporaries(beside path: FilePath) -> Int {
+        guard let name = path.lastComponent else { return 0 }
+        let directory = path.removingLastComponent()
+        let prefix = ".\(name.string).ringio-"
+        let stream = opendir(directory.isEmpty ? "." : directory.string)
+        guard let stream else { return 0 }
+        defer { closedir(stream) }
+        var stale: [String] = []
+        while let entry = readdir(stream) {
+            let entryName = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            guard entryName.hasPrefix(prefix) else { continue }
+            // PID-XXXX: the PID in decimal, then a random tag in base 36.
+            let rest = entryName.dropFirst(prefix.count).split(separator: "-", maxSplits: 1)
+            guard rest.count == 2, let pid = pid_t(rest[0]), pid > 0, !rest[1].isEmpty,
+                  rest[1].allSatisfy({ $0.isASCII && ($0.isNumber || $0.isLowercase) }) else { continue }
+            if kill(pid, 0) == -1 && cliburing_errno() == ESRCH { stale.append(entryName) }
+        }
+        var removed = 0
+        for entryName in stale where directory.appending(entryName).withPlatformString({ unlink($0) }) == 0 {
+            removed += 1
+        }
+        return removed
     }
 
     /// Copies the file at `source` to `destination` (created or truncated,

@@ -85,6 +85,8 @@ extension IO {
             throw IOError(.openForWriting, path: path, errno: .invalidArgument)
         }
         let target = atomically ? temporary : path
+        // Temporaries of earlier writers killed before their rename.
+        if atomically { removeStaleTemporaries(beside: path) }
         let options: FileDescriptor.OpenOptions = atomically ? [.create, .exclusiveCreate] : [.create, .truncate]
         let channel = try IOChannel(kind: .stream, path: target, mode: .writeOnly, options: options,
                                     permissions: permissions, queue: .global, engine: engine)

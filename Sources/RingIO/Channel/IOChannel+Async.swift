@@ -16,7 +16,7 @@ final class OperationCancellation: Sendable {
             s.operation = operation
             return s.cancelled
         }
-        if cancelled { operation.stop() }
+        if cancelled { operation.channel?.cancel(operation) ?? operation.stop() }
     }
 
     func cancel() {
@@ -24,7 +24,7 @@ final class OperationCancellation: Sendable {
             s.cancelled = true
             return s.operation
         }
-        operation?.stop()
+        if let operation { operation.channel?.cancel(operation) ?? operation.stop() }
     }
 }
 
@@ -194,7 +194,7 @@ final class ChunkStream: Sendable {
 
     deinit {
         // The loop ended early (or the iterator was dropped): stop reading.
-        state.withLock { $0.operation }?.stop()
+        if let operation = state.withLock({ $0.operation }) { channel.core.cancel(operation) }
     }
 
     /// The read operation, started on first use.
@@ -260,7 +260,7 @@ final class ChunkStream: Sendable {
                 if let immediate { continuation.resume(returning: immediate) }
             }
         } onCancel: {
-            state.withLock { $0.operation }?.stop()
+            if let operation = state.withLock({ $0.operation }) { channel.core.cancel(operation) }
         }
         return try result.get()
     }

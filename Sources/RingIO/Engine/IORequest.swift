@@ -84,6 +84,11 @@ public final class IORequest: @unchecked Sendable {
     var chainLength = 1
     /// The chain's first request, on every request of a chain (nil otherwise).
     weak var chainHead: IORequest?
+    /// Its place in the backend's backlog while `.queued` (see `TicketQueue`).
+    var backlogTicket = 0
+    /// io_uring: submit with `IOSQE_ASYNC` (an open of a FIFO for writing,
+    /// retried after the ring's non-blocking first try gave ENXIO).
+    var forceAsync = false
     /// Thread-pool backend: the worker running the request, while it runs.
     var worker: AnyObject?
 
@@ -181,4 +186,19 @@ protocol EngineBackend: AnyObject, Sendable {
     func submit(_ request: IORequest)
     func submit(contentsOf requests: [IORequest])
     func shutdown()
+}
+
+extension TicketQueue where Element == IORequest {
+    /// Removes a queued request, with its whole linked chain when it is part
+    /// of one; returns what was removed, in order.
+    mutating func removeQueued(_ target: IORequest) -> [IORequest] {
+        guard let head = target.chainHead, head.chainLength > 1 else {
+            return remove(ticket: target.backlogTicket).map { [$0] } ?? []
+        }
+        var removed: [IORequest] = []
+        for ticket in head.backlogTicket..<(head.backlogTicket + head.chainLength) {
+            if let r = remove(ticket: ticket) { removed.append(r) }
+        }
+        return removed
+    }
 }

@@ -13,8 +13,12 @@ import CLiburing
 /// owners kept alive until completion, cancellation.
 ///
 /// - Workers start on demand, `minimumThreads` stay, more are added while every
-///   worker is busy (up to `maximumThreads`), and the extra ones leave after
-///   `idleNanoseconds` without work.
+///   worker is busy, and the extra ones leave after `idleNanoseconds` without work.
+/// - Requests that may block indefinitely (a read or write marked `mayBlock`, a
+///   poll, an open that may wait for a FIFO's other end) wait in a queue of their
+///   own and get capacity of their own (`maximumBlockingThreads` workers): however
+///   many of them are blocked, a regular-file request still gets one of the
+///   `maximumThreads` workers for file I/O at once.
 /// - A read or write marked `mayBlock` (a pipe, socket or tty) waits in
 ///   `poll(2)` on its fd and on the worker's cancel eventfd, so a cancel
 ///   interrupts it at once; a regular-file request runs to completion (as a
@@ -24,7 +28,10 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
     // the requests it holds, are touched only with `lock` held.
 
     static let minimumThreads = 4
+    /// Workers for requests that do not block indefinitely (regular files).
     static let maximumThreads = 64
+    /// Workers for requests that may block indefinitely (pipes, sockets, FIFO opens).
+    static let maximumBlockingThreads = 256
     static let idleNanoseconds: UInt64 = 10_000_000_000
 
     // @unchecked: `cancelFD` is immutable; `cancelSignalled` is guarded by
@@ -37,9 +44,14 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
     }
 
     private let lock = ConditionLock()
-    private var queue = RingBuffer<IORequest>(initialCapacity: 256)
+    /// Requests that complete by themselves (regular-file I/O and the like).
+    private var queue = TicketQueue<IORequest>()
+    /// Requests that may wait indefinitely for another process (see `isBlocking`).
+    private var blockingQueue = TicketQueue<IORequest>()
     private var threads = 0
     private var idle = 0
+    /// Workers running a blocking request now.
+    private var blockedWorkers = 0
     private var stopping = false
 
     init() {}
@@ -81,9 +93,10 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
             request.engineState = .done
             switch target.engineState {
             case .queued:
-                // With its whole chain, if it is part of one.
-                let head = target.chainHead
-                for r in queue.removeAll(where: { $0 === target || (head != nil && $0.chainHead === head) }) {
+                // With its whole chain, if it is part of one; O(1) per request.
+                let removed = Self.isBlocking(target.chainHead ?? target)
+                    ? blockingQueue.removeQueued(target) : queue.removeQueued(target)
+                for r in removed {
                     r.engineState = .done
                     completeNow.append((r, -ECANCELED))
                 }
@@ -103,14 +116,41 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
             return
         }
         request.engineState = .queued
-        queue.append(request)
+        // A chain goes where its head goes (its requests stay together).
+        let blocking = Self.isBlocking(request.chainHead ?? request)
+        if blocking {
+            request.backlogTicket = blockingQueue.append(request)
+        } else {
+            request.backlogTicket = queue.append(request)
+        }
         if idle > 0 {
             lock.signal()
-        } else if threads < Self.maximumThreads {
+        } else if blocking ? blockedWorkers < Self.maximumBlockingThreads
+                           : threads - blockedWorkers < Self.maximumThreads {
             // Every worker is busy (perhaps blocked on a pipe): add one.
             threads += 1
             spawn = true
         }
+    }
+
+    /// Whether `request` may wait indefinitely for something outside this
+    /// process: a read or write on a pipe, socket or tty, a poll, or an open
+    /// (of a FIFO: it waits for the other end).
+    static func isBlocking(_ request: IORequest) -> Bool {
+        if request.mayBlock || request.isPoll { return true }
+        if case .openat = request.operation { return true }
+        return false
+    }
+
+    /// The next request a worker may run: file I/O first; a blocking request
+    /// while fewer than `maximumBlockingThreads` workers are blocked. Under the lock.
+    private func takeNext() -> (IORequest, blocking: Bool)? {
+        if let r = queue.popFirst() { return (r, false) }
+        if blockedWorkers < Self.maximumBlockingThreads, let r = blockingQueue.popFirst() {
+            blockedWorkers += 1
+            return (r, true)
+        }
+        return nil
     }
 
     private func startWorker() {
@@ -132,7 +172,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
             threads -= 1
             guard threads == 0 else { return [] }
             var out: [IORequest] = []
-            while let r = queue.popFirst() {
+            while let r = queue.popFirst() ?? blockingQueue.popFirst() {
                 r.engineState = .done
                 out.append(r)
             }
@@ -152,12 +192,12 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
     private func runNext(on worker: Worker) -> Bool {
         lock.lock()
         while true {
-            if let first = queue.popFirst() {
+            if let (first, blocking) = takeNext() {
                 // A linked chain is taken whole (its requests are queued
                 // together) and run in order; a failure cancels the rest.
                 var chain = [first]
                 for _ in 1..<first.chainLength {
-                    if let next = queue.popFirst() { chain.append(next) }
+                    if let next = blocking ? blockingQueue.popFirst() : queue.popFirst() { chain.append(next) }
                 }
                 var broken = false
                 for request in chain {
@@ -185,6 +225,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
                     request.completion(res)
                     lock.lock()
                 }
+                if blocking { blockedWorkers -= 1 }
                 lock.unlock()
                 return true
             }
@@ -197,7 +238,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
             let deadline = monotonicNanoseconds() + Self.idleNanoseconds
             let signalled = lock.wait(untilNanoseconds: deadline)
             idle -= 1
-            if !signalled && queue.isEmpty && threads > Self.minimumThreads {
+            if !signalled && queue.isEmpty && blockingQueue.isEmpty && threads > Self.minimumThreads {
                 threads -= 1
                 lock.unlock()
                 return false
@@ -209,7 +250,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
         let cancelled = lock.withLock { () -> [IORequest] in
             stopping = true
             var out: [IORequest] = []
-            while let r = queue.popFirst() {
+            while let r = queue.popFirst() ?? blockingQueue.popFirst() {
                 r.engineState = .done
                 out.append(r)
             }
@@ -299,9 +340,18 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
 
     /// A write to a pipe, socket or tty that cannot block once `poll` said
     /// the fd is writable, so that a cancel is never stuck behind a blocking
-    /// write: a socket gets `send(MSG_DONTWAIT | MSG_NOSIGNAL)`; anything else
-    /// at most `PIPE_BUF` bytes, which a writable pipe always takes whole.
+    /// write: a socket gets `send(MSG_DONTWAIT | MSG_NOSIGNAL)`; a pipe or FIFO
+    /// at most `PIPE_BUF` bytes, which a writable pipe always takes whole; a
+    /// character device (a tty, /dev/null) the whole buffer in one `write`.
     static func writeWithoutBlocking(fd: Int32, _ base: UnsafeRawPointer?, _ count: Int) -> Int {
+        var st = stat()
+        if fstat(fd, &st) == 0 {
+            switch st.st_mode & S_IFMT {
+            case S_IFSOCK: return send(fd, base, count, Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL))
+            case S_IFIFO: return Glibc.write(fd, base, Swift.min(count, Int(PIPE_BUF)))
+            default: return Glibc.write(fd, base, count)
+            }
+        }
         let sent = send(fd, base, count, Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL))
         if sent >= 0 || cliburing_errno() != ENOTSOCK { return sent }
         return Glibc.write(fd, base, Swift.min(count, Int(PIPE_BUF)))

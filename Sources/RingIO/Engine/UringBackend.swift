@@ -49,7 +49,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     let tables: RingTables
 
     // Ring thread only.
-    private var backlog = RingBuffer<IORequest>(initialCapacity: 256)
+    private var backlog = TicketQueue<IORequest>()
     private var cancels = RingBuffer<IORequest>(initialCapacity: 16)
     private var outstanding = 0
     private var wakeArmed = false
@@ -347,15 +347,14 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         }
         guard case .cancel(let target) = request.operation else {
             request.engineState = .queued
-            backlog.append(request)
+            request.backlogTicket = backlog.append(request)
             return
         }
         switch target.engineState {
         case .queued:
             // Not yet in the kernel: complete it here (with its whole chain).
-            let head = target.chainHead
-            let removed = backlog.removeAll { $0 === target || (head != nil && $0.chainHead === head) }
-            for r in removed {
+            // O(1) per request (a chain's requests hold consecutive tickets).
+            for r in backlog.removeQueued(target) {
                 r.engineState = .done
                 r.completion(-ECANCELED)
             }
@@ -464,6 +463,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         case .cancel:
             fatalError("unreachable: cancels are prepared in fill()")
         }
+        if request.forceAsync { cliburing_sqe_add_flags(sqe, cliburing_iosqe_async()) }
         // A registered fd: the SQE names its table index instead.
         if let slot = request.fixedFile, let index = tables.index(for: slot, backend: self) {
             sqe.pointee.fd = index
@@ -479,6 +479,16 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         }
         if userData == 0 { return }  // the shutdown cancel-all
         let request = Unmanaged<IORequest>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(userData))!).takeRetainedValue()
+        if res == -ENXIO, !request.forceAsync, request.chainHead == nil,
+           case .openat(_, _, let flags, _) = request.operation, flags & O_NONBLOCK == 0 {
+            // io_uring tries an open without blocking first, and a FIFO with no
+            // reader then gives ENXIO where a blocking open waits for one:
+            // open it again on the ring's workers, which block (and can be cancelled).
+            request.forceAsync = true
+            request.engineState = .queued
+            request.backlogTicket = backlog.append(request)
+            return
+        }
         request.engineState = .done
         request.completion(res)
     }

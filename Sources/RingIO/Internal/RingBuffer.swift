@@ -39,6 +39,16 @@ struct RingBuffer<Element> {
 
     var first: Element? { count > 0 ? storage[head] : nil }
 
+    /// The first non-nil result of `transform` over the elements, in order.
+    func firstMap<T>(_ transform: (Element) -> T?) -> T? {
+        for i in 0..<count {
+            var j = head + i
+            if j >= storage.count { j -= storage.count }
+            if let e = storage[j], let t = transform(e) { return t }
+        }
+        return nil
+    }
+
     /// Removes every element matching `predicate`, keeping the others in order.
     mutating func removeAll(where predicate: (Element) -> Bool) -> [Element] {
         var kept = RingBuffer(initialCapacity: storage.count)
@@ -59,5 +69,75 @@ struct RingBuffer<Element> {
         }
         storage = new
         head = 0
+    }
+}
+
+extension RingBuffer {
+    /// The element `i` places after the first.
+    subscript(offset i: Int) -> Element {
+        get {
+            var j = head + i
+            if j >= storage.count { j -= storage.count }
+            return storage[j]!
+        }
+        set {
+            var j = head + i
+            if j >= storage.count { j -= storage.count }
+            storage[j] = newValue
+        }
+    }
+}
+
+/// A FIFO whose elements can also be removed from anywhere in O(1), by the
+/// ticket `append` returned (the engines' backlogs: cancelling one of 40,000
+/// queued requests must not rebuild the other 39,999). A removed element is
+/// released at once; its slot is skipped when it reaches the front.
+struct TicketQueue<Element> {
+    private var slots = RingBuffer<Element?>(initialCapacity: 64)
+    /// Tickets of the slots already popped from the front.
+    private var popped = 0
+    /// Live elements (removed ones not counted).
+    private(set) var count = 0
+
+    init() {}
+
+    var isEmpty: Bool { count == 0 }
+
+    /// Appends `element`; returns its ticket.
+    mutating func append(_ element: Element) -> Int {
+        let ticket = popped + slots.count
+        slots.append(element)
+        count += 1
+        return ticket
+    }
+
+    var first: Element? { slots.first ?? nil }
+
+    mutating func popFirst() -> Element? {
+        guard let slot = slots.popFirst() else { return nil }
+        popped += 1
+        count -= 1
+        let element = slot
+        trimFront()
+        return element
+    }
+
+    /// Removes the element with `ticket`; nil when it is no longer queued.
+    @discardableResult
+    mutating func remove(ticket: Int) -> Element? {
+        let index = ticket - popped
+        guard index >= 0 && index < slots.count, let element = slots[offset: index] else { return nil }
+        slots[offset: index] = nil
+        count -= 1
+        trimFront()
+        return element
+    }
+
+    /// Keeps a live element (or nothing) at the front.
+    private mutating func trimFront() {
+        while slots.count > 0, slots.first! == nil {
+            _ = slots.popFirst()
+            popped += 1
+        }
     }
 }

@@ -48,6 +48,11 @@ public final class IOQueue: Sendable {
         var suspendCount = 0
         /// Serial: a worker (or a `sync` caller) owns the queue.
         var scheduled = false
+        /// Serial: the owner is a drain job submitted to the pool and not yet
+        /// started (a `sync` caller may take it over: see `IOQueue+Serial.swift`).
+        var drainPending = false
+        /// Serial: `.sync` items in `items`.
+        var syncWaiters = 0
         /// Concurrent: items started and not yet finished.
         var running = 0
         /// Concurrent: a barrier is running.
@@ -96,6 +101,7 @@ public final class IOQueue: Sendable {
                 s.items.append(item)
                 if !s.scheduled && s.suspendCount == 0 {
                     s.scheduled = true
+                    s.drainPending = true
                     return true
                 }
                 return false
@@ -140,17 +146,7 @@ public final class IOQueue: Sendable {
                 !IOQueue.isCurrentThreadRunning(self),
                 "IOQueue.sync onto the serial queue '\(label)' from a work item running on that queue: this would deadlock"
             )
-            var waiter: SyncWaiter?
-            state.withLock { s in
-                if !s.scheduled && s.suspendCount == 0 && s.items.isEmpty {
-                    s.scheduled = true
-                } else {
-                    let w = SyncWaiter()
-                    s.items.append(.sync(w, barrier: false))
-                    waiter = w
-                }
-            }
-            waiter?.wait()
+            acquireSerialOwnership()
             defer { releaseSerialOwnership() }
             return try IOQueue.withCurrent(self, work)
         case .concurrent:
@@ -164,7 +160,7 @@ public final class IOQueue: Sendable {
                     waiter = w
                 }
             }
-            waiter?.wait()
+            _ = waiter?.wait()
             defer { finishConcurrent(barrier: false) }
             return try IOQueue.withCurrent(self, work)
         }
@@ -189,16 +185,16 @@ public final class IOQueue: Sendable {
     public func resume() {
         switch kind {
         case .serial:
-            let schedule = state.withLock { s -> Bool in
+            let handoff = state.withLock { s -> SerialHandoff in
                 precondition(s.suspendCount > 0, "IOQueue.resume() on '\(label)' without a matching suspend()")
                 s.suspendCount -= 1
                 if s.suspendCount == 0 && !s.scheduled && !s.items.isEmpty {
                     s.scheduled = true
-                    return true
+                    return IOQueue.serialHandoff(&s)
                 }
-                return false
+                return .none
             }
-            if schedule { WorkerPool.shared.submit(.drain(self)) }
+            perform(handoff)
         case .concurrent:
             let toStart = state.withLock { s -> [Item]? in
                 precondition(s.suspendCount > 0, "IOQueue.resume() on '\(label)' without a matching suspend()")
@@ -211,49 +207,6 @@ public final class IOQueue: Sendable {
 
     /// Whether the queue is suspended now (for diagnostics and tests).
     var isSuspended: Bool { state.withLock { $0.suspendCount > 0 } }
-
-    // MARK: - serial draining (on a worker)
-
-    func drainSerial() {
-        IOQueue.withCurrent(self) {
-            var budget = IOQueue.serialDrainBudget
-            while true {
-                enum Next { case run(Item), stop, requeue }
-                let next = state.withLock { s -> Next in
-                    if s.suspendCount > 0 || s.items.isEmpty {
-                        s.scheduled = false
-                        return .stop
-                    }
-                    if budget == 0 { return .requeue }
-                    return .run(s.items.popFirst()!)
-                }
-                switch next {
-                case .stop:
-                    return
-                case .requeue:
-                    // Fairness: let other queues' jobs run before ours continue.
-                    WorkerPool.shared.submit(.drain(self))
-                    return
-                case .run(.work(let work, _)):
-                    work()
-                    budget -= 1
-                case .run(.sync(let waiter, _)):
-                    // Ownership passes to the `sync` caller, who releases it.
-                    waiter.grant()
-                    return
-                }
-            }
-        }
-    }
-
-    private func releaseSerialOwnership() {
-        let schedule = state.withLock { s -> Bool in
-            if s.suspendCount == 0 && !s.items.isEmpty { return true }
-            s.scheduled = false
-            return false
-        }
-        if schedule { WorkerPool.shared.submit(.drain(self)) }
-    }
 
     // MARK: - concurrent running
 
@@ -349,24 +302,4 @@ extension IOQueue {
 
     /// Whether the calling thread is running an item of this queue.
     public var isCurrent: Bool { IOQueue.isCurrentThreadRunning(self) }
-}
-
-/// A `sync` caller waiting for its turn on a queue.
-final class SyncWaiter: Sendable {
-    private let lock = ConditionLock()
-    // Read and written only under `lock` (`Mutex` has no condition to sleep on).
-    private nonisolated(unsafe) var granted = false
-
-    func grant() {
-        lock.withLock {
-            granted = true
-            lock.signal()
-        }
-    }
-
-    func wait() {
-        lock.withLock {
-            while !granted { lock.wait() }
-        }
-    }
 }

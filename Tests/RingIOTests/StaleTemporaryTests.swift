@@ -1,0 +1,52 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import SystemPackage
+import Testing
+@_spi(Engine) @testable import RingIO
+
+/// `IO.writeFile` killed with SIGKILL leaves its temporary file; the next
+/// `IO.writeFile` to the same destination removes it (and only temporaries
+/// whose creating process is gone).
+@Suite("IO.writeFile: stale temporaries")
+struct StaleTemporaryTests {
+    @Test("a temporary left by a SIGKILLed writer is removed by the next writeFile", arguments: allBackends)
+    func sigkilledWriterLeavesNothingForLong(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let target = dir.file("target")
+        try writeFile(target, Array("old".utf8))
+        let useRing = backend == .ioUring
+        // The child writes 64 MiB with IO.writeFile and kills itself with
+        // SIGKILL as soon as its temporary file exists.
+        await #expect(processExitsWith: .signal(SIGKILL)) { [directory = dir.path as String, useRing = useRing as Bool] in
+            let engine = try childEngine(useRing: useRing)
+            spawnThread(name: "killer") {
+                while true {
+                    if (try? FileManagerless.list(directory))?.contains(where: { $0.hasPrefix(".target.ringio-") }) == true {
+                        kill(getpid(), SIGKILL)
+                    }
+                    usleep(200)
+                }
+            }
+            try await IO.writeFile(DataChunk(randomBytes(64 * MiB, seed: 26)), to: FilePath(directory + "/target"),
+                                   engine: engine)
+            // Not reached: the write takes longer than the killer needs.
+            usleep(5_000_000)
+        }
+        let left = try FileManagerless.list(dir.path).filter { $0.hasPrefix(".target.ringio-") }
+        #expect(left.count == 1, "the killed writer left \(left)")
+        #expect(try readFile(target) == Array("old".utf8), "the killed writer changed the destination")
+        // A temporary of a live process (this one) stays.
+        let mine = try #require(IO.temporaryPath(beside: FilePath(target)))
+        try writeFile(mine.string, [1, 2, 3])
+        // A name that only looks like a temporary stays too.
+        try writeFile(dir.file(".target.ringio-notapid"), [4])
+        try await IO.writeFile(DataChunk(Array("new".utf8)), to: FilePath(target), engine: engine)
+        #expect(try readFile(target) == Array("new".utf8))
+        let after = try FileManagerless.list(dir.path).sorted()
+        #expect(after == [".target.ringio-notapid", mine.lastComponent!.string, "target"].sorted(),
+                "left after the next writeFile: \(after)")
+        #expect(IO.removeStaleTemporaries(beside: FilePath(target)) == 0)
+    }
+}
