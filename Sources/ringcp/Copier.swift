@@ -40,11 +40,15 @@ final class Copier: Sendable {
     let umask: mode_t
     /// The working directory, for the library calls, which take absolute paths.
     private let cwd: FilePath
-    private let state = Mutex(State())
+    let state = Mutex(State())
 
-    private struct State {
+    struct State {
         var failed = false
+        /// A signal cut a copy short, or kept one from starting.
         var interrupted = false
+        /// The symlinks this run made (cp never writes through one of them:
+        /// two sources may not land on the same name, one as a link).
+        var createdLinks: Set<FileIdentity> = []
         /// Directories whose mode (and times, with -p) are set once their contents are in.
         var directories: [(path: FilePath, source: FileStatus, mode: mode_t)] = []
     }
@@ -69,7 +73,7 @@ final class Copier: Sendable {
         writeLine(STDERR_FILENO, "ringcp: \(message)")
     }
 
-    private func reportError(_ what: String, _ path: FilePath, _ error: Errno) {
+    func reportError(_ what: String, _ path: FilePath, _ error: Errno) {
         if error == .canceled {
             state.withLock { $0.interrupted = true }
             return
@@ -77,11 +81,11 @@ final class Copier: Sendable {
         report("\(what) '\(path)': \(describe(error))")
     }
 
-    private func announce(_ source: FilePath, _ destination: FilePath) {
+    func announce(_ source: FilePath, _ destination: FilePath) {
         if settings.verbose { writeLine(STDOUT_FILENO, "'\(source)' -> '\(destination)'") }
     }
 
-    private func absolute(_ path: FilePath) -> FilePath {
+    func absolute(_ path: FilePath) -> FilePath {
         path.isAbsolute ? path : cwd.pushing(path)
     }
 
@@ -91,12 +95,16 @@ final class Copier: Sendable {
         await withTaskGroup(of: Void.self) { group in
             var running = 0
             for (source, destination) in pairs {
-                if Task.isCancelled { break }
+                if Task.isCancelled {
+                    state.withLock { $0.interrupted = true }
+                    break
+                }
                 await copyItem(source, to: destination, topLevel: true, inNewDirectory: false, group: &group, running: &running)
             }
             await group.waitForAll()
         }
-        if Task.isCancelled { state.withLock { $0.interrupted = true } }
+        // A signal that came once every copy was done (a file renamed into
+        // place) interrupted nothing: `interrupted` says only what was cut short.
         // Directory modes and times last, deepest first: adding entries changes a directory's mtime.
         let directories = state.withLock { $0.directories }
         for (path, source, mode) in directories.reversed() {
@@ -170,11 +178,16 @@ final class Copier: Sendable {
         }
         if existing == nil {
             // Owner rwx while the contents go in; the real mode is set at the end.
-            if FS.mkdir(destination, status.permissions | 0o700) != 0 {
+            if FS.mkdir(destination, (status.permissions & 0o777) | 0o700) != 0 {
                 return reportError("cannot create directory", destination, Errno(rawValue: errno))
             }
             announce(source, destination)
-            state.withLock { $0.directories.append((destination, status, status.permissions & ~umask)) }
+            // Without -p, cp gives a new directory the source's permission bits
+            // less the umask, not its setuid, setgid or sticky bits; a setgid
+            // bit the directory inherited from its parent stays.
+            let inherited = (try? FileStatus.of(destination, followingSymlinks: false).permissions) ?? 0
+            let mode = (status.permissions & 0o777 & ~umask) | (inherited & S_ISGID)
+            state.withLock { $0.directories.append((destination, status, mode)) }
         } else if settings.preserve {
             state.withLock { $0.directories.append((destination, status, status.permissions)) }
         }
@@ -183,7 +196,10 @@ final class Copier: Sendable {
             return reportError("cannot access", source, error)
         }
         for name in names {
-            if Task.isCancelled { return }
+            if Task.isCancelled {
+                state.withLock { $0.interrupted = true }
+                return
+            }
             await copyItem(joined(source, name), to: joined(destination, name), topLevel: false,
                            inNewDirectory: existing == nil, group: &group, running: &running)
         }
@@ -211,6 +227,9 @@ final class Copier: Sendable {
             _ = FS.unlink(path)
             return reportError("cannot create symbolic link", destination, error)
         }
+        if let made = try? FileStatus.of(destination, followingSymlinks: false), made.kind == .symlink {
+            state.withLock { _ = $0.createdLinks.insert(made.identity) }
+        }
         if settings.preserve {
             do throws(Errno) { try FS.preserve(status, on: destination, isSymlink: true) } catch {
                 reportError("cannot preserve attributes of", destination, error)
@@ -237,224 +256,6 @@ final class Copier: Sendable {
             }
         }
         announce(source, destination)
-    }
-
-    // MARK: - regular files
-
-    /// Where and how a file's bytes go.
-    struct Plan: Sendable {
-        /// The path the new contents end up at (a symlink destination resolved).
-        let destination: FilePath
-        /// The destination as the user named it, for messages.
-        let shownDestination: FilePath
-        let existing: FileStatus?
-        /// The new file's exact mode.
-        let mode: mode_t
-    }
-
-    /// cp's checks before a file copy; nil (with a message, or silently for
-    /// -n) when the file must not be copied.
-    private func plan(_ source: FilePath, _ status: FileStatus, to destination: FilePath, inNewDirectory: Bool) -> Plan? {
-        var target = destination
-        var existing: FileStatus?
-        do throws(Errno) {
-            existing = inNewDirectory ? nil : try FileStatus.ifPresent(destination, followingSymlinks: false)
-            if let link = existing, link.kind == .symlink {
-                // cp writes through a symlink; so do we, by replacing its target.
-                guard let resolved = FS.realPath(destination),
-                      let status = try FileStatus.ifPresent(resolved, followingSymlinks: true) else {
-                    report("not writing through dangling symlink '\(destination)'")
-                    return nil
-                }
-                target = resolved
-                existing = status
-            }
-        } catch {
-            reportError("cannot stat", destination, error)
-            return nil
-        }
-        if let existing {
-            if existing.kind == .directory {
-                report("cannot overwrite directory '\(destination)' with non-directory")
-                return nil
-            }
-            if existing.isSameFile(as: status) {
-                report("'\(source)' and '\(destination)' are the same file")
-                return nil
-            }
-            if settings.noClobber { return nil }
-            if existing.kind == .regular && !settings.force && FS.access(target, W_OK) != 0 {
-                reportError("cannot create regular file", destination, Errno(rawValue: errno))
-                return nil
-            }
-        }
-        // cp: a new file gets the source's mode less the umask; an existing one keeps its mode.
-        let mode = settings.preserve ? status.permissions
-            : existing.map { $0.permissions } ?? (status.permissions & 0o777 & ~umask)
-        return Plan(destination: target, shownDestination: destination, existing: existing, mode: mode)
-    }
-
-    private func copyFile(_ source: FilePath, _ status: FileStatus, _ plan: Plan) async {
-        let copied: Bool
-        if status.kind == .regular && status.size > Int64(IO.smallFileLimit) {
-            copied = await copyLarge(source, status, plan)
-        } else {
-            copied = await copySmall(source, status, plan)
-        }
-        guard copied else { return }
-        if settings.preserve {
-            do throws(Errno) { try FS.preserve(status, on: plan.destination) } catch {
-                reportError("cannot preserve attributes of", plan.shownDestination, error)
-            }
-        }
-        announce(source, plan.shownDestination)
-        progress?.fileDone()
-        if settings.verify { await verify(source, plan.destination, shown: plan.shownDestination) }
-    }
-
-    /// Through `IO.copyFile`: one batch of opens, one linked chain.
-    private func copySmall(_ source: FilePath, _ status: FileStatus, _ plan: Plan) async -> Bool {
-        let replace = plan.existing != nil
-        var atomically = replace && !settings.inPlace && plan.existing?.kind == .regular
-        while true {
-            let options = IO.CopyOptions(atomically: atomically, exclusive: !replace,
-                                         permissions: FilePermissions(rawValue: plan.mode))
-            do throws(Errno) {
-                let bytes = try await IO.copyFile(from: absolute(source), to: absolute(plan.destination),
-                                                  options: options)
-                progress?.add(Int(bytes))
-                break
-            } catch where atomically && (error == .permissionDenied || error == .notPermitted)
-                            && FS.access(source, R_OK) == 0 {
-                // No temporary file in that directory, but the file itself is writable: as cp, in place.
-                atomically = false
-            } catch {
-                if FS.access(source, R_OK) != 0 {
-                    report("cannot open '\(source)' for reading: \(describe(error))")
-                } else {
-                    reportError(isWriteError(error) ? "error writing" : "cannot create regular file", plan.shownDestination, error)
-                }
-                return false
-            }
-        }
-        // The kernel applied the umask at creation; the exact mode where it differs.
-        if !settings.preserve && (plan.mode & ~umask) != plan.mode && (atomically || !replace) {
-            _ = FS.chmod(plan.destination, plan.mode)
-        }
-        if atomically, let existing = plan.existing { keepOwner(of: existing, on: plan.destination) }
-        return true
-    }
-
-    /// A replaced file keeps its owner and group, as cp's in-place write does
-    /// (where the process may give them; otherwise it owns the new file).
-    private func keepOwner(of existing: FileStatus, on path: FilePath, fd: Int32? = nil) {
-        guard existing.uid != geteuid() || existing.gid != getegid() else { return }
-        if let fd { _ = fchown(fd, existing.uid, existing.gid) } else { _ = FS.chown(path, existing.uid, existing.gid) }
-    }
-
-    /// Through two random channels, into a temporary file when one exists already.
-    private func copyLarge(_ source: FilePath, _ status: FileStatus, _ plan: Plan) async -> Bool {
-        let input = FS.open(source, O_RDONLY | O_CLOEXEC | O_NOCTTY)
-        if input < 0 {
-            reportError("cannot open", source, Errno(rawValue: errno))
-            return false
-        }
-        defer { close(input) }
-        var info = stat()
-        fstat(input, &info)
-        let size = Int64(info.st_size)
-        var useTemporary = plan.existing != nil && !settings.inPlace
-        var path = useTemporary ? FS.temporaryName(beside: plan.destination) : plan.destination
-        var created = useTemporary || plan.existing == nil
-        // Direct writes merge a partial last block: they need to read it.
-        let access = settings.direct ? O_RDWR : O_WRONLY
-        var output = FS.open(path, access | O_CREAT | O_CLOEXEC | O_NOCTTY | (created ? O_EXCL : O_TRUNC), plan.mode)
-        if output < 0 && useTemporary && (errno == EACCES || errno == EPERM) {
-            // No temporary file in that directory, but the file itself is writable: as cp, in place.
-            (useTemporary, created, path) = (false, false, plan.destination)
-            output = FS.open(path, access | O_CREAT | O_CLOEXEC | O_NOCTTY | O_TRUNC, plan.mode)
-        }
-        if output < 0 {
-            reportError("cannot create regular file", plan.shownDestination, Errno(rawValue: errno))
-            return false
-        }
-        if useTemporary, let existing = plan.existing { keepOwner(of: existing, on: path, fd: output) }
-        var closed = false
-        func abandon(_ what: String, _ shown: FilePath, _ error: Errno) -> Bool {
-            if !closed { close(output) }
-            if created { _ = FS.unlink(path) }
-            reportError(what, shown, error)
-            return false
-        }
-        if created && fchmod(output, plan.mode) != 0 {
-            return abandon("cannot set permissions of", plan.shownDestination, Errno(rawValue: errno))
-        }
-        // The size first: holes stay holes, and the file system sees the whole extent at once.
-        if ftruncate(output, off_t(size)) != 0 {
-            return abandon("error writing", plan.shownDestination, Errno(rawValue: errno))
-        }
-        let regions = dataRegions(of: FileDescriptor(rawValue: input), size: size, mayBeSparse: FileStatus(info).mayBeSparse)
-        var endedAt: Int64?
-        var method = settings.direct ? .channels : settings.method
-        if method == .kernel {
-            let moved = Counter()
-            let ticker = progress.map { bar in Task { await bar.runTicker() } }
-            do throws(IO.CopyRangesError) {
-                // 4 lanes of 1 MiB pipes: measured best here (2 or 8 lanes no better; 4 MiB pipes 2× slower).
-                endedAt = try await IO.copyRanges(regions, from: FileDescriptor(rawValue: input),
-                                                  to: FileDescriptor(rawValue: output)) { [progress] n in
-                    moved.add(n)
-                    progress?.add(n)
-                }
-            } catch where moved.value == 0 && [.invalidArgument, .notSupported, .noFunction].contains(error.errno) {
-                method = .channels  // a file system that cannot splice: the channels can
-            } catch {
-                ticker?.cancel()
-                return error.side == .read ? abandon("error reading", source, error.errno)
-                    : abandon("error writing", plan.shownDestination, error.errno)
-            }
-            ticker?.cancel()
-        }
-        if method == .channels {
-            // A random channel's offsets count from the fd's position when it
-            // is made (as in dispatch I/O); SEEK_DATA/SEEK_HOLE moved it.
-            lseek(input, 0, SEEK_SET)
-            let copy = ChannelCopy(source: FileDescriptor(rawValue: input), destination: FileDescriptor(rawValue: output),
-                                   regions: regions, progress: progress, direct: settings.direct)
-            do throws(CopyFailure) {
-                try await copy.run()
-            } catch {
-                return error.side == .read ? abandon("error reading", source, error.errno)
-                    : abandon("error writing", plan.shownDestination, error.errno)
-            }
-            endedAt = copy.endedAt
-        }
-        if let end = endedAt, ftruncate(output, off_t(end)) != 0 {
-            return abandon("error writing", plan.shownDestination, Errno(rawValue: errno))
-        }
-        closed = true
-        if close(output) != 0 {
-            return abandon("error writing", plan.shownDestination, Errno(rawValue: errno))
-        }
-        if useTemporary && FS.rename(path, plan.destination) != 0 {
-            return abandon("cannot create regular file", plan.shownDestination, Errno(rawValue: errno))
-        }
-        return true
-    }
-
-    private func verify(_ source: FilePath, _ destination: FilePath, shown: FilePath) async {
-        do throws(CopyFailure) {
-            switch try await Verify.compare(source, destination) {
-            case .same:
-                break
-            case .differentSize(let a, let b):
-                report("verify: '\(source)' has \(a) bytes, '\(shown)' has \(b)")
-            case .differentAt(let offset):
-                report("verify: '\(source)' and '\(shown)' differ at byte \(offset)")
-            }
-        } catch {
-            reportError("verify: cannot read", source, error.errno)
-        }
     }
 
     // MARK: - sizes, for the progress bar
@@ -485,7 +286,7 @@ final class Counter: Sendable {
     var value: Int { count.withLock { $0 } }
 }
 
-private func isWriteError(_ error: Errno) -> Bool {
+func isWriteError(_ error: Errno) -> Bool {
     [.noSpace, .diskQuotaExceeded, .fileTooLarge, .ioError, .readOnlyFileSystem].contains(error)
 }
 

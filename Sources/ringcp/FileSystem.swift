@@ -50,6 +50,8 @@ struct FileStatus: Sendable {
 
     func isSameFile(as other: FileStatus) -> Bool { device == other.device && inode == other.inode }
 
+    var identity: FileIdentity { FileIdentity(device: device, inode: inode) }
+
     /// Fewer blocks than the size needs: the file may have holes.
     var mayBeSparse: Bool { kind == .regular && blocks * 512 < size }
 
@@ -69,6 +71,12 @@ struct FileStatus: Sendable {
             return nil
         }
     }
+}
+
+/// A file's device and inode: which file it is, whatever its names.
+struct FileIdentity: Hashable, Sendable {
+    let device: UInt64
+    let inode: UInt64
 }
 
 /// The system calls ringcp makes outside the copy path: metadata, directory
@@ -113,14 +121,20 @@ enum FS {
     }
 
     /// Mode, ownership (where permitted) and timestamps of `status`, on `path`.
-    /// An ownership change the process may not make is skipped, as `cp -p` does.
+    /// As `cp -p`: an ownership change the process may not make is skipped,
+    /// but the group is still kept where the process may give it (a group
+    /// the user belongs to), and then the setuid, setgid and sticky bits are
+    /// not: they would now apply to another owner or group.
     static func preserve(_ status: FileStatus, on path: FilePath, isSymlink: Bool = false) throws(Errno) {
         let flags = isSymlink ? AT_SYMLINK_NOFOLLOW : 0
         let failure = path.withPlatformString { p -> Errno? in
-            if fchownat(AT_FDCWD, p, status.uid, status.gid, flags) != 0 && errno != EPERM {
-                return Errno(rawValue: errno)
+            var mode = status.permissions
+            if fchownat(AT_FDCWD, p, status.uid, status.gid, flags) != 0 {
+                guard errno == EPERM || errno == EINVAL else { return Errno(rawValue: errno) }
+                _ = fchownat(AT_FDCWD, p, uid_t.max, status.gid, flags)  // -1: the owner as it is
+                mode &= ~(S_ISUID | S_ISGID | S_ISVTX)
             }
-            if !isSymlink && Glibc.chmod(p, status.permissions) != 0 { return Errno(rawValue: errno) }
+            if !isSymlink && Glibc.chmod(p, mode) != 0 { return Errno(rawValue: errno) }
             var times = [status.accessTime, status.modificationTime]
             return utimensat(AT_FDCWD, p, &times, flags) != 0 ? Errno(rawValue: errno) : nil
         }

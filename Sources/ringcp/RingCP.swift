@@ -41,7 +41,9 @@ struct RingCP: AsyncParsableCommand {
               ringcp -- -odd-name.txt copy.txt        a source that starts with '-'
 
             Exit status: 0 when everything was copied, 1 when anything failed \
-            (each failure is one line on stderr), 130 when interrupted.
+            (each failure is one line on stderr), 128 + the signal's number \
+            when a signal (SIGINT: 130, SIGTERM: 143) cut a copy short. A \
+            signal that comes once every file is in place changes nothing.
             """
     )
 
@@ -135,7 +137,19 @@ struct RingCP: AsyncParsableCommand {
 
         // Signals are caught before the first byte moves.
         let stop = StopSwitch()
-        let signals = await Interrupts.start { stop.fire() }
+        let signals = await Interrupts.start { number in
+            stop.fire(number)
+            // A call that waits without end (a FIFO's open with no reader)
+            // cannot be cancelled: if it is still the same one a moment
+            // later, ringcp ends as cp would, killed by the signal.
+            guard let mark = Blocking.stuckMark else { return }
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(250)) {
+                guard Blocking.stuckMark == mark else { return }
+                signal(number, SIG_DFL)
+                raise(number)
+                _exit(128 + number)
+            }
+        }
         let work = Task { await copier.copy(pairs) }
         stop.attach(work)
         await work.value
@@ -148,7 +162,7 @@ struct RingCP: AsyncParsableCommand {
         }
         if copier.interrupted {
             copier.report("interrupted; nothing half-copied is left behind")
-            throw ExitCode(130)
+            throw ExitCode(128 + (stop.signal ?? SIGINT))
         }
         if copier.failed { throw ExitCode.failure }
     }
@@ -171,20 +185,21 @@ final class Interrupts: @unchecked Sendable {
 
     /// Returns once every handler is in place (libdispatch installs its
     /// sigaction asynchronously; a signal before that would be lost).
-    static func start(_ onSignal: @escaping @Sendable () -> Void) async -> Interrupts {
+    static func start(_ onSignal: @escaping @Sendable (Int32) -> Void) async -> Interrupts {
         let queue = DispatchQueue(label: "ringcp.signals")
         let numbers = [SIGINT, SIGTERM, SIGHUP]
-        let registered = AsyncLatch(count: numbers.count)
+        let registered = IOGroup()
         let sources = numbers.map { number -> any DispatchSourceSignal in
             let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-            source.setEventHandler(handler: onSignal)
-            source.setRegistrationHandler { registered.arrive() }
+            source.setEventHandler { onSignal(number) }
+            registered.enter()
+            source.setRegistrationHandler { registered.leave() }
             return source
         }
         // Ignored from here on, until the sources catch them.
         for number in numbers { signal(number, SIG_IGN) }
         for source in sources { source.resume() }
-        await registered.wait()
+        await registered.done()
         return Interrupts(sources)
     }
 
@@ -195,21 +210,33 @@ final class Interrupts: @unchecked Sendable {
 
 /// Cancels the copy task once a signal came, whether the task exists yet or not.
 final class StopSwitch: Sendable {
-    private let state = Mutex<(task: Task<Void, Never>?, fired: Bool)>((nil, false))
+    private let state = Mutex<(task: Task<Void, Never>?, signal: Int32?)>((nil, nil))
+
+    /// The first signal that came.
+    var signal: Int32? { state.withLock { $0.signal } }
 
     func attach(_ task: Task<Void, Never>) {
         let fired = state.withLock { s -> Bool in
             s.task = task
-            return s.fired
+            return s.signal != nil
         }
         if fired { task.cancel() }
     }
 
-    func fire() {
+    func fire(_ number: Int32) {
         let task = state.withLock { s -> Task<Void, Never>? in
-            s.fired = true
+            if s.signal == nil { s.signal = number }
             return s.task
         }
         task?.cancel()
+    }
+}
+
+extension IOGroup {
+    /// Suspends until every `enter` has had its `leave` (without holding a thread).
+    func done() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            notify(queue: .global) { continuation.resume() }
+        }
     }
 }

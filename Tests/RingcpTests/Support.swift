@@ -25,6 +25,8 @@ let bothBackends = Backend.allCases
 enum RunAs: Sendable {
     case current
     case nobody
+    /// `nobody`, also in this supplementary group.
+    case nobodyInGroup(gid_t)
 }
 
 let nobodyID: uid_t = 65534
@@ -107,8 +109,14 @@ final class Child {
             argv = ["-qec", command.joined(separator: " "), "/dev/null"]
             executable = "/usr/bin/script"
         }
-        if user == .nobody {
+        switch user {
+        case .current:
+            break
+        case .nobody:
             argv = ["--reuid=\(nobodyID)", "--regid=\(nobodyID)", "--clear-groups", "--", executable] + argv
+            executable = "/usr/bin/setpriv"
+        case .nobodyInGroup(let group):
+            argv = ["--reuid=\(nobodyID)", "--regid=\(nobodyID)", "--groups=\(group)", "--", executable] + argv
             executable = "/usr/bin/setpriv"
         }
         process.executableURL = URL(fileURLWithPath: executable)
