@@ -28,7 +28,8 @@ extension Copier {
     }
 
     /// cp's checks before a file copy; nil (with a message, or silently for
-    /// -n) when the file must not be copied.
+    /// -n) when the file must not be copied. Makes a backup or removes the
+    /// destination where asked.
     func plan(_ source: FilePath, _ status: FileStatus, to destination: FilePath, inNewDirectory: Bool) -> Plan? {
         var target = destination
         var existing: FileStatus?
@@ -41,20 +42,16 @@ extension Copier {
                     report("will not copy '\(source)' through just-created symlink '\(destination)'")
                     return nil
                 }
-                // cp writes through a symlink; so do we, by replacing its target.
-                guard let resolved = FS.realPath(destination),
-                      let status = try FileStatus.ifPresent(resolved, followingSymlinks: true) else {
-                    report("not writing through dangling symlink '\(destination)'")
-                    return nil
-                }
-                target = resolved
-                existing = status
+                guard let resolved = try resolveLink(source, link, at: destination) else { return nil }
+                (target, existing) = resolved
             }
         } catch {
             reportError("cannot stat", destination, error)
             return nil
         }
         if let existing {
+            // -n skips whatever is there, a directory too (cp: silently, exit 0).
+            if settings.noClobber { return nil }
             if existing.kind == .directory {
                 report("cannot overwrite directory '\(destination)' with non-directory")
                 return nil
@@ -63,33 +60,170 @@ extension Copier {
                 report("'\(source)' and '\(destination)' are the same file")
                 return nil
             }
-            if settings.noClobber { return nil }
-            if existing.kind == .regular && !settings.force && FS.access(target, W_OK) != 0 {
+            switch settings.update {
+            case .all: break
+            case .none: return nil
+            case .noneFail:
+                report("not replacing '\(destination)'")
+                return nil
+            case .older:
+                let (a, b) = (existing.modificationTime, status.modificationTime)
+                if (a.tv_sec, a.tv_nsec) >= (b.tv_sec, b.tv_nsec) { return nil }
+            }
+            if settings.interactive && !ask("overwrite '\(destination)'? ") { return nil }
+            if existing.kind == .regular && !settings.force && FS.access(target, W_OK) != 0
+                && settings.backup == .none && !settings.removeDestination {
                 reportError("cannot create regular file", destination, Errno(rawValue: errno))
                 return nil
             }
         }
+        // --backup, --remove-destination: the old file goes, the copy is a new file.
+        if let old = existing, old.kind == .regular || old.kind == .symlink {
+            if settings.backup != .none {
+                let backup = backupName(for: target)
+                if FS.rename(target, backup) != 0 {
+                    reportError("cannot backup", destination, Errno(rawValue: errno))
+                    return nil
+                }
+                existing = nil
+            } else if settings.removeDestination {
+                if FS.unlink(target) != 0 && errno != ENOENT {
+                    reportError("cannot remove", destination, Errno(rawValue: errno))
+                    return nil
+                }
+                existing = nil
+            }
+        }
         // cp: a new file gets the source's mode less the umask; an existing one keeps its mode.
-        let mode = settings.preserve ? status.permissions
+        let keepsMode = settings.preserve.contains(.mode)
+        let mode = keepsMode ? status.permissions
             : existing.map { $0.permissions } ?? (status.permissions & 0o777 & ~umask)
-        let creationMode = settings.preserve ? mode & 0o700 : mode
+        let creationMode = keepsMode || settings.preserve.contains(.ownership) ? mode & 0o700 : mode
         let special: (FileStatus) -> Bool = { $0.kind != .regular }
         return Plan(destination: target, shownDestination: destination, existing: existing, mode: mode,
                     creationMode: creationMode, stream: special(status) || existing.map(special) == true)
     }
 
+    /// Where the bytes go when the destination is a symlink (cp writes
+    /// through it): its target and what is there; nil (with a message) when
+    /// nothing may be written.
+    private func resolveLink(_ source: FilePath, _ link: FileStatus, at destination: FilePath) throws(Errno)
+        -> (FilePath, FileStatus?)? {
+        if settings.removeDestination || settings.backup != .none { return (destination, link) }
+        do throws(Errno) {
+            let followed = try FileStatus.of(destination, followingSymlinks: true)
+            return (FS.realPath(destination) ?? destination, followed)
+        } catch .noSuchFileOrDirectory {
+            // Dangling: cp refuses, but for POSIXLY_CORRECT, which makes the link's target.
+            guard settings.posixlyCorrect else {
+                report("not writing through dangling symlink '\(destination)'")
+                return nil
+            }
+            let pointee = try FS.readLink(destination)
+            return (pointee.isAbsolute ? pointee : parentOf(destination).pushing(pointee), nil)
+        } catch .tooManySymbolicLinkLevels {
+            // A loop: cp -f replaces the link itself; without -f, the open fails as cp's does.
+            guard settings.force else {
+                reportError("cannot create regular file", destination, .tooManySymbolicLinkLevels)
+                return nil
+            }
+            if FS.unlink(destination) != 0 { throw Errno(rawValue: errno) }
+            return (destination, nil)
+        }
+    }
+
+    /// A question on stderr (cp's -i), answered on stdin: yes when the line starts with y or Y.
+    func ask(_ question: String) -> Bool {
+        writeAll(STDERR_FILENO, "\(programName): \(question)")
+        var byte: UInt8 = 0
+        var first: UInt8?
+        while read(STDIN_FILENO, &byte, 1) == 1 && byte != UInt8(ascii: "\n") {
+            if first == nil { first = byte }
+        }
+        return first == UInt8(ascii: "y") || first == UInt8(ascii: "Y")
+    }
+
+    /// `name~`, or `name.~N~` (numbered: one more than the highest there; existing: numbered if any is).
+    func backupName(for path: FilePath) -> FilePath {
+        let simple = FilePath(path.string + settings.suffix)
+        guard settings.backup == .numbered || settings.backup == .existing, let base = path.lastComponent?.string else {
+            return simple
+        }
+        let prefix = base + ".~"
+        var highest = 0
+        for name in (try? FS.entries(of: parentOf(path))) ?? [] {
+            let text = name.string
+            guard text.hasPrefix(prefix), text.hasSuffix("~"),
+                  let n = Int(text.dropFirst(prefix.count).dropLast()) else { continue }
+            highest = max(highest, n)
+        }
+        if settings.backup == .existing && highest == 0 { return simple }
+        return FilePath(path.string + ".~\(highest + 1)~")
+    }
+
+    /// -l or -s: a hard or symbolic link to `source` at `destination`.
+    func makeLink(_ source: FilePath, _ status: FileStatus, to destination: FilePath, inNewDirectory: Bool) {
+        if !inNewDirectory, let existing = try? FileStatus.ifPresent(destination, followingSymlinks: false) {
+            if settings.noClobber { return }
+            if existing.kind == .directory {
+                return report("cannot overwrite directory '\(destination)' with non-directory")
+            }
+            if existing.isSameFile(as: status) && settings.link == .hard { return }
+            if settings.backup != .none {
+                if FS.rename(destination, backupName(for: destination)) != 0 {
+                    return reportError("cannot backup", destination, Errno(rawValue: errno))
+                }
+            } else if !settings.force && !settings.removeDestination {
+                return report("cannot create \(settings.link == .hard ? "hard" : "symbolic") link '\(destination)': File exists")
+            } else if FS.unlink(destination) != 0 {
+                return reportError("cannot remove", destination, Errno(rawValue: errno))
+            }
+        }
+        let rc = settings.link == .hard ? FS.link(source, destination) : FS.symlink(source, destination)
+        if rc != 0 {
+            let kind = settings.link == .hard ? "hard" : "symbolic"
+            return reportError("cannot create \(kind) link", destination, Errno(rawValue: errno))
+        }
+        announce(source, destination)
+    }
+
+    /// --preserve=links: `source` is another name of a file copied to `first`.
+    func linkToCopy(_ first: FilePath, _ source: FilePath, to destination: FilePath, inNewDirectory: Bool) {
+        if !inNewDirectory, let existing = try? FileStatus.ifPresent(destination, followingSymlinks: false) {
+            if settings.noClobber { return }
+            if existing.kind == .directory {
+                return report("cannot overwrite directory '\(destination)' with non-directory")
+            }
+            _ = FS.unlink(destination)
+        }
+        if FS.link(first, destination) != 0 {
+            return reportError("cannot create hard link", destination, Errno(rawValue: errno))
+        }
+        announce(source, destination)
+    }
+
     func copyFile(_ source: FilePath, _ status: FileStatus, _ plan: Plan) async {
         let copied: Bool
-        if plan.stream {
+        var how = "kernel splice"
+        if settings.attributesOnly {
+            copied = createEmpty(plan)
+            how = "attributes only"
+        } else if plan.stream {
             copied = await copyStream(source, plan)
+            how = "read and write"
+        } else if settings.reflink == .always {
+            copied = clone(source, plan)
+            how = "reflink"
         } else if status.kind == .regular && status.size > Int64(IO.smallFileLimit) {
-            copied = await copyLarge(source, status, plan)
+            copied = await copyLarge(source, status, plan, how: &how)
         } else {
             copied = await copySmall(source, status, plan)
+            how = "io_uring chain"
         }
         guard copied else { return }
-        if settings.preserve {
-            do throws(Errno) { try FS.preserve(status, on: plan.destination) } catch {
+        if settings.debug { writeLine(STDOUT_FILENO, "'\(source)' -> '\(plan.shownDestination)' (\(how))") }
+        if !settings.preserve.isEmpty {
+            do throws(Errno) { try FS.preserve(status, from: source, on: plan.destination, settings.preserve) } catch {
                 reportError("cannot preserve attributes of", plan.shownDestination, error)
             }
         }
@@ -132,7 +266,7 @@ extension Copier {
             }
         }
         // The kernel applied the umask at creation; the exact mode where it differs.
-        if !settings.preserve && (plan.mode & ~umask) != plan.mode && (atomically || !replace) {
+        if !settings.preserve.contains(.mode) && (plan.mode & ~umask) != plan.mode && (atomically || !replace) {
             _ = FS.chmod(plan.destination, plan.mode)
         }
         if atomically, let existing = plan.existing { keepOwner(of: existing, on: plan.destination) }
@@ -147,7 +281,7 @@ extension Copier {
     }
 
     /// Through two random channels, into a temporary file when one exists already.
-    func copyLarge(_ source: FilePath, _ status: FileStatus, _ plan: Plan) async -> Bool {
+    func copyLarge(_ source: FilePath, _ status: FileStatus, _ plan: Plan, how: inout String) async -> Bool {
         let input = FS.open(source, O_RDONLY | O_CLOEXEC | O_NOCTTY)
         if input < 0 {
             reportError("cannot open", source, Errno(rawValue: errno))
@@ -183,11 +317,24 @@ extension Copier {
         if created && fchmod(output, plan.creationMode) != 0 {
             return abandon("cannot set permissions of", plan.shownDestination, Errno(rawValue: errno))
         }
+        // --reflink=auto: the source's blocks shared, where the file system can (btrfs, XFS).
+        if settings.reflink == .auto && ioctl(output, UInt(ficlone), input) == 0 {
+            how = "reflink"
+            closed = true
+            if close(output) != 0 { return abandon("error writing", plan.shownDestination, Errno(rawValue: errno)) }
+            if useTemporary && FS.rename(path, plan.destination) != 0 {
+                return abandon("cannot create regular file", plan.shownDestination, Errno(rawValue: errno))
+            }
+            progress?.add(Int(size))
+            return true
+        }
         // The size first: holes stay holes, and the file system sees the whole extent at once.
         if ftruncate(output, off_t(size)) != 0 {
             return abandon("error writing", plan.shownDestination, Errno(rawValue: errno))
         }
-        let regions = dataRegions(of: FileDescriptor(rawValue: input), size: size, mayBeSparse: FileStatus(info).mayBeSparse)
+        // --sparse=never: the holes written as zeros.
+        let regions = settings.sparseNever ? [0..<size]
+            : dataRegions(of: FileDescriptor(rawValue: input), size: size, mayBeSparse: FileStatus(info).mayBeSparse)
         var endedAt: Int64?
         var method = settings.direct ? .channels : settings.method
         if method == .kernel {
@@ -210,6 +357,7 @@ extension Copier {
             ticker?.cancel()
         }
         if method == .channels {
+            how = "channels"
             // A random channel's offsets count from the fd's position when it
             // is made (as in dispatch I/O); SEEK_DATA/SEEK_HOLE moved it.
             lseek(input, 0, SEEK_SET)
@@ -250,4 +398,43 @@ extension Copier {
             reportError("verify: cannot read", source, error.errno)
         }
     }
+
+    /// --attributes-only: the file made (or kept) without data.
+    func createEmpty(_ plan: Plan) -> Bool {
+        let fd = FS.open(plan.destination, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY, plan.creationMode)
+        if fd < 0 {
+            reportError("cannot create regular file", plan.shownDestination, Errno(rawValue: errno))
+            return false
+        }
+        close(fd)
+        return true
+    }
+
+    /// --reflink=always: the source's blocks shared (FICLONE), or an error, as cp.
+    func clone(_ source: FilePath, _ plan: Plan) -> Bool {
+        let input = FS.open(source, O_RDONLY | O_CLOEXEC | O_NOCTTY)
+        if input < 0 {
+            report("cannot open '\(source)' for reading: \(describe(Errno(rawValue: errno)))")
+            return false
+        }
+        defer { close(input) }
+        let created = plan.existing == nil
+        let output = FS.open(plan.destination, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | (created ? O_EXCL : O_TRUNC),
+                             plan.creationMode)
+        if output < 0 {
+            reportError("cannot create regular file", plan.shownDestination, Errno(rawValue: errno))
+            return false
+        }
+        if ioctl(output, UInt(ficlone), input) != 0 {
+            let error = Errno(rawValue: errno)
+            close(output)
+            if created { _ = FS.unlink(plan.destination) }
+            report("failed to clone '\(plan.shownDestination)' from '\(source)': \(describe(error))")
+            return false
+        }
+        return close(output) == 0
+    }
 }
+
+/// FICLONE, _IOW(0x94, 9, int): the destination shares the source's blocks.
+let ficlone: UInt32 = 0x4004_9409

@@ -67,7 +67,7 @@ extension Copier {
         }
         closed = true
         if close(output) != 0 { return abandon(Errno(rawValue: errno), reading: false) }
-        if created && !settings.preserve && (plan.mode & ~umask) != plan.mode { _ = FS.chmod(plan.destination, plan.mode) }
+        if created && !settings.preserve.contains(.mode) && (plan.mode & ~umask) != plan.mode { _ = FS.chmod(plan.destination, plan.mode) }
         return true
     }
 }

@@ -7,29 +7,6 @@ import RingIO
 import Synchronization
 import SystemPackage
 
-/// How a large file's bytes move.
-enum CopyMethod: String, Sendable, CaseIterable {
-    /// Spliced through pipes inside the kernel (`IO.copyRanges`); falls back
-    /// to channels where the file systems cannot splice.
-    case kernel
-    /// Read and written through two random channels.
-    case channels
-}
-
-struct Settings: Sendable {
-    var method = CopyMethod.kernel
-    /// Large files bypass the page cache (O_DIRECT, through the channels).
-    var direct = false
-    var recursive = false
-    var preserve = false
-    var noClobber = false
-    var force = false
-    var verbose = false
-    var inPlace = false
-    var verify = false
-    var jobs = 64
-}
-
 /// Walks the sources and copies each item by cp's rules. Small regular
 /// files run `jobs` at a time (their requests share the ring's batches);
 /// a large file runs alone, with its own requests in flight.
@@ -49,8 +26,10 @@ final class Copier: Sendable {
         /// The symlinks this run made (cp never writes through one of them:
         /// two sources may not land on the same name, one as a link).
         var createdLinks: Set<FileIdentity> = []
+        /// The first copy of each source with more than one name (--preserve=links).
+        var copies: [FileIdentity: FilePath] = [:]
         /// Directories whose mode (and times, with -p) are set once their contents are in.
-        var directories: [(path: FilePath, source: FileStatus, mode: mode_t)] = []
+        var directories: [(path: FilePath, source: FileStatus, sourcePath: FilePath, mode: mode_t)] = []
     }
 
     init(settings: Settings, progress: Progress?) {
@@ -70,7 +49,7 @@ final class Copier: Sendable {
     /// One line on stderr; the exit status becomes 1.
     func report(_ message: String) {
         state.withLock { $0.failed = true }
-        writeLine(STDERR_FILENO, "ringcp: \(message)")
+        writeLine(STDERR_FILENO, "\(programName): \(message)")
     }
 
     func reportError(_ what: String, _ path: FilePath, _ error: Errno) {
@@ -91,15 +70,23 @@ final class Copier: Sendable {
 
     // MARK: - the walk
 
-    func copy(_ pairs: [(FilePath, FilePath)]) async {
+    /// A source named on the command line, where it goes, and whether a symlink there is followed.
+    struct Operand: Sendable {
+        let source: FilePath
+        let destination: FilePath
+        let follow: Bool
+    }
+
+    func copy(_ operands: [Operand]) async {
         await withTaskGroup(of: Void.self) { group in
             var running = 0
-            for (source, destination) in pairs {
+            for operand in operands {
                 if Task.isCancelled {
                     state.withLock { $0.interrupted = true }
                     break
                 }
-                await copyItem(source, to: destination, topLevel: true, inNewDirectory: false, group: &group, running: &running)
+                await copyItem(operand.source, to: operand.destination, follow: operand.follow, inNewDirectory: false,
+                               group: &group, running: &running)
             }
             await group.waitForAll()
         }
@@ -107,13 +94,14 @@ final class Copier: Sendable {
         // place) interrupted nothing: `interrupted` says only what was cut short.
         // Directory modes and times last, deepest first: adding entries changes a directory's mtime.
         let directories = state.withLock { $0.directories }
-        for (path, source, mode) in directories.reversed() {
-            if settings.preserve {
-                do throws(Errno) { try FS.preserve(source, on: path) } catch {
+        for (path, source, sourcePath, mode) in directories.reversed() {
+            if !settings.preserve.contains(.mode) && FS.chmod(path, mode) != 0 {
+                reportError("cannot set permissions of", path, Errno(rawValue: errno))
+            }
+            if !settings.preserve.isEmpty {
+                do throws(Errno) { try FS.preserve(source, from: sourcePath, on: path, settings.preserve) } catch {
                     reportError("cannot preserve attributes of", path, error)
                 }
-            } else if FS.chmod(path, mode) != 0 {
-                reportError("cannot set permissions of", path, Errno(rawValue: errno))
             }
         }
     }
@@ -121,14 +109,28 @@ final class Copier: Sendable {
     /// - Parameter inNewDirectory: the destination's directory was made by
     ///   this run, so nothing can be at `destination` (an exclusive create
     ///   still catches a race): no need to look.
-    private func copyItem(_ source: FilePath, to destination: FilePath, topLevel: Bool, inNewDirectory: Bool,
+    /// - Parameter follow: a symlink at `source` is followed (-L, -H on the
+    ///   command line, and without -R or -P).
+    private func copyItem(_ source: FilePath, to destination: FilePath, follow: Bool, inNewDirectory: Bool,
                           group: inout TaskGroup<Void>, running: inout Int) async {
-        // Without -r, a symlink on the command line is followed (cp's default).
         let status: FileStatus
         do throws(Errno) {
-            status = try FileStatus.of(source, followingSymlinks: topLevel && !settings.recursive)
+            status = try FileStatus.of(source, followingSymlinks: follow)
         } catch {
             return reportError("cannot stat", source, error)
+        }
+        if status.kind != .directory {
+            // -l, -s: a link in place of a copy.
+            if settings.link != .none { return makeLink(source, status, to: destination, inNewDirectory: inNewDirectory) }
+            // --preserve=links: a second name of a file already copied is linked to its copy.
+            if settings.preserve.contains(.links) && status.links > 1 {
+                let first = state.withLock { s -> FilePath? in
+                    if let first = s.copies[status.identity] { return first }
+                    s.copies[status.identity] = destination
+                    return nil
+                }
+                if let first { return linkToCopy(first, source, to: destination, inNewDirectory: inNewDirectory) }
+            }
         }
         switch status.kind {
         case .directory:
@@ -150,7 +152,7 @@ final class Copier: Sendable {
                 await copyFile(source, status, plan)
             }
         case .fifo, .characterDevice, .blockDevice, .socket, .other:
-            if settings.recursive {
+            if settings.recursive && !settings.copyContents {
                 copySpecial(source, status, to: destination, inNewDirectory: inNewDirectory)
             } else if let plan = plan(source, status, to: destination, inNewDirectory: inNewDirectory) {
                 await copyFile(source, status, plan)  // cp copies the contents: read until EOF
@@ -160,9 +162,14 @@ final class Copier: Sendable {
 
     private func copyDirectory(_ source: FilePath, _ status: FileStatus, to destination: FilePath, inNewDirectory: Bool,
                                group: inout TaskGroup<Void>, running: inout Int) async {
-        let existing: FileStatus?
+        var existing: FileStatus?
         do throws(Errno) {
-            existing = inNewDirectory ? nil : try FileStatus.ifPresent(destination, followingSymlinks: true)
+            existing = inNewDirectory ? nil : try FileStatus.ifPresent(destination, followingSymlinks: false)
+            // A symlink to a directory is followed only with --keep-directory-symlink.
+            if existing?.kind == .symlink && settings.keepDirectorySymlink,
+               let followed = try FileStatus.ifPresent(destination, followingSymlinks: true), followed.kind == .directory {
+                existing = followed
+            }
         } catch {
             return reportError("cannot stat", destination, error)
         }
@@ -187,9 +194,9 @@ final class Copier: Sendable {
             // bit the directory inherited from its parent stays.
             let inherited = (try? FileStatus.of(destination, followingSymlinks: false).permissions) ?? 0
             let mode = (status.permissions & 0o777 & ~umask) | (inherited & S_ISGID)
-            state.withLock { $0.directories.append((destination, status, mode)) }
-        } else if settings.preserve {
-            state.withLock { $0.directories.append((destination, status, status.permissions)) }
+            state.withLock { $0.directories.append((destination, status, source, mode)) }
+        } else if !settings.preserve.isEmpty {
+            state.withLock { $0.directories.append((destination, status, source, existing!.permissions)) }
         }
         let names: [FilePath.Component]
         do throws(Errno) { names = try FS.entries(of: source) } catch {
@@ -200,7 +207,7 @@ final class Copier: Sendable {
                 state.withLock { $0.interrupted = true }
                 return
             }
-            await copyItem(joined(source, name), to: joined(destination, name), topLevel: false,
+            await copyItem(joined(source, name), to: joined(destination, name), follow: settings.dereference == .always,
                            inNewDirectory: existing == nil, group: &group, running: &running)
         }
     }
@@ -230,8 +237,8 @@ final class Copier: Sendable {
         if let made = try? FileStatus.of(destination, followingSymlinks: false), made.kind == .symlink {
             state.withLock { _ = $0.createdLinks.insert(made.identity) }
         }
-        if settings.preserve {
-            do throws(Errno) { try FS.preserve(status, on: destination, isSymlink: true) } catch {
+        if !settings.preserve.isEmpty {
+            do throws(Errno) { try FS.preserve(status, on: destination, settings.preserve, isSymlink: true) } catch {
                 reportError("cannot preserve attributes of", destination, error)
             }
         }
@@ -250,8 +257,8 @@ final class Copier: Sendable {
         let rc = status.kind == .fifo ? FS.mkfifo(destination, status.permissions)
             : FS.mknod(destination, status.mode, dev_t(status.rawDevice))
         if rc != 0 { return reportError("cannot create special file", destination, Errno(rawValue: errno)) }
-        if settings.preserve {
-            do throws(Errno) { try FS.preserve(status, on: destination) } catch {
+        if !settings.preserve.isEmpty {
+            do throws(Errno) { try FS.preserve(status, from: source, on: destination, settings.preserve) } catch {
                 reportError("cannot preserve attributes of", destination, error)
             }
         }

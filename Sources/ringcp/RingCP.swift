@@ -50,8 +50,77 @@ struct RingCP: AsyncParsableCommand {
     @Flag(name: [.customShort("r"), .customShort("R"), .long], help: "Copy directories recursively; symlinks in them are copied as symlinks.")
     var recursive = false
 
-    @Flag(name: [.customShort("p"), .customLong("preserve")], help: "Keep mode, ownership (where permitted) and timestamps.")
+    @Flag(name: [.customShort("a"), .long], help: "Same as -dR --preserve=all.")
+    var archive = false
+
+    @Flag(name: .customShort("d"), help: "Same as --no-dereference --preserve=links.")
+    var noDereferenceKeepLinks = false
+
+    @Flag(name: [.customShort("P"), .customLong("no-dereference")], help: "Copy symlinks among the sources as symlinks.")
+    var noDereference = false
+
+    @Flag(name: [.customShort("L"), .customLong("dereference")], help: "Follow every symlink among the sources.")
+    var dereference = false
+
+    @Flag(name: .customShort("H"), help: "Follow the symlinks named on the command line.")
+    var dereferenceCommandLine = false
+
+    @Flag(name: .customShort("p"), help: "Same as --preserve=mode,ownership,timestamps (ownership where permitted).")
     var preserve = false
+
+    @Option(name: .customLong("preserve"), help: ArgumentHelp("Keep these attributes: mode (with ACLs), ownership, timestamps, links, xattr, context (ignored), all. --preserve alone: mode,ownership,timestamps.", valueName: "list"))
+    var preserveLists: [String] = []
+
+    @Option(name: .customLong("no-preserve"), help: ArgumentHelp("Do not keep these attributes.", valueName: "list"))
+    var noPreserveLists: [String] = []
+
+    @Flag(name: [.customShort("l"), .customLong("link")], help: "Hard-link files instead of copying them.")
+    var hardLink = false
+
+    @Flag(name: [.customShort("s"), .customLong("symbolic-link")], help: "Make symbolic links instead of copying.")
+    var symbolicLink = false
+
+    @Flag(name: .customShort("b"), help: "Like --backup, but takes no argument.")
+    var backupShort = false
+
+    @Option(name: .customLong("backup"), help: ArgumentHelp("Make a backup of each existing destination file: none/off, numbered/t, existing/nil, simple/never (--backup alone: $VERSION_CONTROL, else existing).", valueName: "control"))
+    var backupControl: String?
+
+    @Option(name: [.customShort("S"), .customLong("suffix")], help: "The backup suffix (default: ~, or $SIMPLE_BACKUP_SUFFIX).")
+    var suffix: String?
+
+    @Flag(name: .customShort("u"), help: "Same as --update=older.")
+    var updateShort = false
+
+    @Option(name: .customLong("update"), help: ArgumentHelp("Which existing destinations to replace: all, none, none-fail, older (--update alone: all).", valueName: "when"))
+    var update: String?
+
+    @Flag(help: "Remove each existing destination file before copying (never an atomic replace).")
+    var removeDestination = false
+
+    @Flag(help: "Copy only the attributes, not the data.")
+    var attributesOnly = false
+
+    @Flag(help: "With -R, copy the contents of FIFOs and devices instead of making new ones.")
+    var copyContents = false
+
+    @Flag(help: "Use the full source name under the directory.")
+    var parents = false
+
+    @Flag(name: [.customShort("i"), .long], help: "Ask before overwriting (overrides an earlier -n).")
+    var interactive = false
+
+    @Flag(help: "With -R, follow existing symlinks to directories in the destination.")
+    var keepDirectorySymlink = false
+
+    @Option(help: ArgumentHelp("Share the source's blocks (FICLONE) where the file system can: auto (the default: else copy), always (else fail), never (--reflink alone: always).", valueName: "when"))
+    var reflink = "auto"
+
+    @Option(help: ArgumentHelp("Holes: auto and always keep the source's holes; never writes them as zeros.", valueName: "when"))
+    var sparse = "auto"
+
+    @Flag(help: "Say how each file was copied.")
+    var debug = false
 
     @Flag(name: [.customShort("n"), .customLong("no-clobber")], help: "Do not overwrite an existing file.")
     var noClobber = false
@@ -92,47 +161,156 @@ struct RingCP: AsyncParsableCommand {
     mutating func validate() throws {
         if jobs < 1 { throw ValidationError("--jobs must be at least 1") }
         if CopyMethod(rawValue: method) == nil { throw ValidationError("--method must be 'kernel' or 'channels'") }
+        if Reflink(rawValue: reflink) == nil { throw ValidationError("invalid argument '\(reflink)' for '--reflink'") }
+        if !["auto", "always", "never"].contains(sparse) { throw ValidationError("invalid argument '\(sparse)' for '--sparse'") }
+        if let update, Update(rawValue: update) == nil { throw ValidationError("invalid argument '\(update)' for '--update'") }
+        if let backupControl, BackupControl(backupControl) == nil {
+            throw ValidationError("invalid argument '\(backupControl)' for 'backup type'")
+        }
+        for list in preserveLists + noPreserveLists {
+            if case .failure(let bad) = Preserve.parse(list) { throw ValidationError("invalid argument '\(bad.word)' for '--preserve'") }
+        }
+        if hardLink && symbolicLink { throw ValidationError("cannot make both hard and symbolic links") }
+    }
+
+    /// cp's options that take an optional value (`--preserve`, `--backup`,
+    /// `--reflink`, `--update`) given without one get their default, which
+    /// the parser cannot do itself.
+    static func main() async {
+        var arguments: [String] = []
+        var operandsOnly = false
+        for argument in CommandLine.arguments.dropFirst() {
+            if !operandsOnly {
+                switch argument {
+                case "--": operandsOnly = true
+                case "--preserve": arguments.append("--preserve=mode,ownership,timestamps"); continue
+                case "--backup":
+                    let control = ProcessEnvironment.value("VERSION_CONTROL") ?? "existing"
+                    arguments.append("--backup=\(control)"); continue
+                case "--reflink": arguments.append("--reflink=always"); continue
+                case "--update": arguments.append("--update=all"); continue
+                default: break
+                }
+            }
+            arguments.append(argument)
+        }
+        do {
+            var command = try parseAsRoot(arguments)
+            if var asyncCommand = command as? AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            exit(withError: error)
+        }
+    }
+
+    /// The settings the flags make, by cp's rules (later flags do not override earlier ones
+    /// here, but each has one meaning).
+    func makeSettings() -> Settings {
+        var settings = Settings(method: CopyMethod(rawValue: method) ?? .kernel, direct: direct,
+                                recursive: recursive || archive, noClobber: noClobber && !interactive,
+                                force: force && !noClobber, verbose: verbose, inPlace: inPlace, verify: verify, jobs: jobs)
+        if preserve { settings.preserve.formUnion(.standard) }
+        if archive { settings.preserve.formUnion(.all) }
+        if noDereferenceKeepLinks { settings.preserve.insert(.links) }
+        for list in preserveLists { if case .success(let set) = Preserve.parse(list) { settings.preserve.formUnion(set) } }
+        for list in noPreserveLists { if case .success(let set) = Preserve.parse(list) { settings.preserve.subtract(set) } }
+        settings.dereference = settings.recursive || noDereference || noDereferenceKeepLinks || archive ? .never : .always
+        if dereferenceCommandLine { settings.dereference = .commandLine }
+        if dereference { settings.dereference = .always }
+        if noDereference || noDereferenceKeepLinks { settings.dereference = .never }
+        settings.link = hardLink ? .hard : symbolicLink ? .symbolic : .none
+        if let update { settings.update = Update(rawValue: update) ?? .all }
+        if updateShort { settings.update = .older }
+        if let backupControl { settings.backup = BackupControl(backupControl) ?? .existing }
+        if backupShort && backupControl == nil {
+            settings.backup = ProcessEnvironment.value("VERSION_CONTROL").flatMap(BackupControl.init) ?? .existing
+        }
+        if settings.backup == .none && suffix != nil && backupShort { settings.backup = .existing }
+        settings.suffix = suffix ?? ProcessEnvironment.value("SIMPLE_BACKUP_SUFFIX") ?? "~"
+        settings.removeDestination = removeDestination
+        settings.attributesOnly = attributesOnly
+        settings.copyContents = copyContents
+        settings.parents = parents
+        settings.interactive = interactive
+        settings.keepDirectorySymlink = keepDirectorySymlink
+        settings.reflink = Reflink(rawValue: reflink) ?? .auto
+        settings.sparseNever = sparse == "never"
+        settings.debug = debug
+        settings.posixlyCorrect = ProcessEnvironment.value("POSIXLY_CORRECT") != nil
+        return settings
     }
 
     func run() async throws {
+        // The operands as the kernel gave them: a name that is not UTF-8
+        // reaches the file system byte for byte (the parser saw it repaired).
+        var raw = RawArguments()
+        let rawTargetDirectory = targetDirectory.map { raw.path($0) }
+        var rawOperands = paths.map { raw.path($0) }
         var sources = paths
         let target: String
-        if let directory = targetDirectory {
+        let rawTarget: FilePath
+        if let directory = targetDirectory, let rawDirectory = rawTargetDirectory {
             if noTargetDirectory { fail("cannot combine --target-directory (-t) and --no-target-directory (-T)") }
             target = directory
+            rawTarget = rawDirectory
         } else {
             guard paths.count >= 2 else {
                 fail(paths.isEmpty ? "missing file operand" : "missing destination file operand after '\(paths[0])'")
             }
             target = sources.removeLast()
+            rawTarget = rawOperands.removeLast()
         }
         if sources.isEmpty { fail("missing file operand") }
 
         // What goes where, by cp's rules.
+        let settings = makeSettings()
         var pairs: [(FilePath, FilePath)] = []
-        let targetIsDirectory = (try? FileStatus.of(FilePath(target), followingSymlinks: true).kind == .directory) ?? false
-        if noTargetDirectory {
+        var targetError: Errno?
+        var targetIsDirectory = false
+        do throws(Errno) {
+            targetIsDirectory = try FileStatus.ifPresent(rawTarget, followingSymlinks: true)?.kind == .directory
+        } catch {
+            targetError = error
+        }
+        if targetDirectory != nil, let targetError {
+            // An unsearchable directory on the way: the reason, not "not a directory".
+            failPlain("target directory '\(target)': \(describe(targetError))")
+        }
+        if parents {
+            guard targetIsDirectory else { fail("with --parents, the destination must be a directory") }
+            for source in rawOperands {
+                // The source's directories under the target, made as needed (cp sets their modes only with -p).
+                var directory = rawTarget
+                for component in source.removingLastComponent().components {
+                    directory = directory.appending(component)
+                    if FS.mkdir(directory, 0o777) != 0 && errno != EEXIST {
+                        failPlain("cannot make directory '\(directory)': \(describe(Errno(rawValue: errno)))")
+                    }
+                }
+            }
+            pairs = rawOperands.map { ($0, rawTarget.pushing(FilePath(root: nil, $0.components))) }
+        } else if noTargetDirectory {
             if sources.count > 1 { fail("extra operand '\(sources[1])'") }
-            pairs = [(FilePath(sources[0]), FilePath(target))]
+            pairs = [(rawOperands[0], rawTarget)]
         } else if targetIsDirectory {
-            pairs = sources.map { (FilePath($0), joined(FilePath(target), lastComponentOf: FilePath($0))) }
+            pairs = rawOperands.map { ($0, joined(rawTarget, lastComponentOf: $0)) }
         } else if targetDirectory != nil || sources.count > 1 {
             fail("target '\(target)' is not a directory")
         } else {
-            pairs = [(FilePath(sources[0]), FilePath(target))]
+            pairs = [(rawOperands[0], rawTarget)]
         }
         // "name/" that is not a directory takes only a directory (FilePath drops the slash).
         if !targetIsDirectory && target.hasSuffix("/"),
-           let kind = try? FileStatus.of(FilePath(sources[0]), followingSymlinks: !recursive).kind, kind != .directory {
-            var text = "ringcp: cannot create regular file '\(target)': Not a directory\n"
-            text.withUTF8 { _ = write(STDERR_FILENO, $0.baseAddress, $0.count) }
-            throw ExitCode.failure
+           let kind = try? FileStatus.of(rawOperands[0], followingSymlinks: !recursive).kind, kind != .directory {
+            failPlain("cannot create regular file '\(target)': Not a directory")
         }
-
-        let settings = Settings(method: CopyMethod(rawValue: method) ?? .kernel, direct: direct, recursive: recursive, preserve: preserve, noClobber: noClobber, force: force && !noClobber,
-                                verbose: verbose, inPlace: inPlace, verify: verify, jobs: jobs)
+        // "link/" names what the link points to, whatever -P says.
+        let follow = zip(sources, rawOperands).map { text, _ in settings.dereference != .never || text.hasSuffix("/") }
         let showProgress = progress ?? (isatty(STDOUT_FILENO) == 1)
-        let bar = showProgress ? Progress(totalBytes: Copier.totalBytes(of: pairs.map(\.0), recursive: recursive)) : nil
+        let bar = showProgress ? Progress(totalBytes: Copier.totalBytes(of: pairs.map(\.0), recursive: settings.recursive)) : nil
         let copier = Copier(settings: settings, progress: bar)
 
         // Signals are caught before the first byte moves.
@@ -150,7 +328,8 @@ struct RingCP: AsyncParsableCommand {
                 _exit(128 + number)
             }
         }
-        let work = Task { await copier.copy(pairs) }
+        let operands = zip(pairs, follow).map { Copier.Operand(source: $0.0, destination: $0.1, follow: $1) }
+        let work = Task { await copier.copy(operands) }
         stop.attach(work)
         await work.value
         signals.stop()
@@ -167,76 +346,16 @@ struct RingCP: AsyncParsableCommand {
         if copier.failed { throw ExitCode.failure }
     }
 
+    /// A message and exit 1, without the usage hint.
+    private func failPlain(_ message: String) -> Never {
+        writeLine(STDERR_FILENO, "\(programName): \(message)")
+        Glibc.exit(1)
+    }
+
     private func fail(_ message: String) -> Never {
-        var text = "ringcp: \(message)\nTry 'ringcp --help' for more information.\n"
+        var text = "\(programName): \(message)\nTry '\(programName) --help' for more information.\n"
         text.withUTF8 { _ = write(STDERR_FILENO, $0.baseAddress, $0.count) }
         Glibc.exit(1)
     }
 }
 
-/// SIGINT, SIGTERM and SIGHUP cancel the copy: files being written are
-/// removed or left as they were, then ringcp exits with 130.
-// @unchecked: `sources` is immutable after init, and a dispatch source may
-// be cancelled from any thread.
-final class Interrupts: @unchecked Sendable {
-    private let sources: [any DispatchSourceSignal]
-
-    private init(_ sources: [any DispatchSourceSignal]) { self.sources = sources }
-
-    /// Returns once every handler is in place (libdispatch installs its
-    /// sigaction asynchronously; a signal before that would be lost).
-    static func start(_ onSignal: @escaping @Sendable (Int32) -> Void) async -> Interrupts {
-        let queue = DispatchQueue(label: "ringcp.signals")
-        let numbers = [SIGINT, SIGTERM, SIGHUP]
-        let registered = IOGroup()
-        let sources = numbers.map { number -> any DispatchSourceSignal in
-            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-            source.setEventHandler { onSignal(number) }
-            registered.enter()
-            source.setRegistrationHandler { registered.leave() }
-            return source
-        }
-        // Ignored from here on, until the sources catch them.
-        for number in numbers { signal(number, SIG_IGN) }
-        for source in sources { source.resume() }
-        await registered.done()
-        return Interrupts(sources)
-    }
-
-    func stop() {
-        for source in sources { source.cancel() }
-    }
-}
-
-/// Cancels the copy task once a signal came, whether the task exists yet or not.
-final class StopSwitch: Sendable {
-    private let state = Mutex<(task: Task<Void, Never>?, signal: Int32?)>((nil, nil))
-
-    /// The first signal that came.
-    var signal: Int32? { state.withLock { $0.signal } }
-
-    func attach(_ task: Task<Void, Never>) {
-        let fired = state.withLock { s -> Bool in
-            s.task = task
-            return s.signal != nil
-        }
-        if fired { task.cancel() }
-    }
-
-    func fire(_ number: Int32) {
-        let task = state.withLock { s -> Task<Void, Never>? in
-            if s.signal == nil { s.signal = number }
-            return s.task
-        }
-        task?.cancel()
-    }
-}
-
-extension IOGroup {
-    /// Suspends until every `enter` has had its `leave` (without holding a thread).
-    func done() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            notify(queue: .global) { continuation.resume() }
-        }
-    }
-}
