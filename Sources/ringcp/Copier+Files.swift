@@ -25,6 +25,9 @@ extension Copier {
         /// A FIFO, a device or a socket on either side: the bytes go as they
         /// come, into the destination itself.
         let stream: Bool
+        /// Where the bytes come from when not the source's path (its backup,
+        /// for `cp -fb f f`).
+        let readFrom: FilePath?
     }
 
     /// cp's checks before a file copy; nil (with a message, or silently for
@@ -57,8 +60,20 @@ extension Copier {
                 return nil
             }
             if existing.isSameFile(as: status) {
-                report("'\(source)' and '\(destination)' are the same file")
-                return nil
+                // cp's special case: with --force and --backup, a file copied onto
+                // itself is backed up, and the copy made from the backup.
+                guard settings.force && settings.backup != .none && existing.kind == .regular else {
+                    report("'\(source)' and '\(destination)' are the same file")
+                    return nil
+                }
+                let backup = backupName(for: target)
+                if FS.rename(target, backup) != 0 {
+                    reportError("cannot backup", destination, Errno(rawValue: errno))
+                    return nil
+                }
+                let mode = settings.preserve.contains(.mode) ? status.permissions : existing.permissions
+                return Plan(destination: target, shownDestination: destination, existing: nil, mode: mode,
+                            creationMode: mode, stream: false, readFrom: backup)
             }
             switch settings.update {
             case .all: break
@@ -81,6 +96,10 @@ extension Copier {
         if let old = existing, old.kind == .regular || old.kind == .symlink {
             if settings.backup != .none {
                 let backup = backupName(for: target)
+                if let there = try? FileStatus.ifPresent(backup, followingSymlinks: false), there.isSameFile(as: status) {
+                    report("backing up '\(destination)' might destroy source;  '\(source)' not copied")
+                    return nil
+                }
                 if FS.rename(target, backup) != 0 {
                     reportError("cannot backup", destination, Errno(rawValue: errno))
                     return nil
@@ -97,11 +116,12 @@ extension Copier {
         // cp: a new file gets the source's mode less the umask; an existing one keeps its mode.
         let keepsMode = settings.preserve.contains(.mode)
         let mode = keepsMode ? status.permissions
-            : existing.map { $0.permissions } ?? (status.permissions & 0o777 & ~umask)
+            : existing.map { $0.permissions }
+            ?? (settings.defaultModes.contains(.mode) ? 0o666 & ~umask : status.permissions & 0o777 & ~umask)
         let creationMode = keepsMode || settings.preserve.contains(.ownership) ? mode & 0o700 : mode
         let special: (FileStatus) -> Bool = { $0.kind != .regular }
         return Plan(destination: target, shownDestination: destination, existing: existing, mode: mode,
-                    creationMode: creationMode, stream: special(status) || existing.map(special) == true)
+                    creationMode: creationMode, stream: special(status) || existing.map(special) == true, readFrom: nil)
     }
 
     /// Where the bytes go when the destination is a symlink (cp writes
@@ -202,7 +222,8 @@ extension Copier {
         announce(source, destination)
     }
 
-    func copyFile(_ source: FilePath, _ status: FileStatus, _ plan: Plan) async {
+    func copyFile(_ named: FilePath, _ status: FileStatus, _ plan: Plan) async {
+        let source = plan.readFrom ?? named
         let copied: Bool
         var how = "kernel splice"
         if settings.attributesOnly {
@@ -226,6 +247,10 @@ extension Copier {
             do throws(Errno) { try FS.preserve(status, from: source, on: plan.destination, settings.preserve) } catch {
                 reportError("cannot preserve attributes of", plan.shownDestination, error)
             }
+        }
+        // Owner-only while written (for --preserve=ownership): now the mode it gets.
+        if plan.creationMode != plan.mode && !settings.preserve.contains(.mode) && FS.chmod(plan.destination, plan.mode) != 0 {
+            reportError("cannot set permissions of", plan.shownDestination, Errno(rawValue: errno))
         }
         announce(source, plan.shownDestination)
         progress?.fileDone()

@@ -123,7 +123,8 @@ final class Copier: Sendable {
             // -l, -s: a link in place of a copy.
             if settings.link != .none { return makeLink(source, status, to: destination, inNewDirectory: inNewDirectory) }
             // --preserve=links: a second name of a file already copied is linked to its copy.
-            if settings.preserve.contains(.links) && status.links > 1 {
+            // (A file reached through a followed symlink may be reached again by its own name.)
+            if settings.preserve.contains(.links) && (status.links > 1 || follow) {
                 let first = state.withLock { s -> FilePath? in
                     if let first = s.copies[status.identity] { return first }
                     s.copies[status.identity] = destination
@@ -141,7 +142,9 @@ final class Copier: Sendable {
             copySymlink(source, status, to: destination, inNewDirectory: inNewDirectory)
         case .regular:
             guard let plan = plan(source, status, to: destination, inNewDirectory: inNewDirectory) else { return }
-            if status.size <= Int64(IO.smallFileLimit) {
+            // A file with other names (-a, -d) is copied before its second name is linked to the copy.
+            let linked = settings.preserve.contains(.links) && (status.links > 1 || follow)
+            if status.size <= Int64(IO.smallFileLimit) && !linked {
                 while running >= settings.jobs {
                     await group.next()
                     running -= 1
@@ -193,7 +196,8 @@ final class Copier: Sendable {
             // less the umask, not its setuid, setgid or sticky bits; a setgid
             // bit the directory inherited from its parent stays.
             let inherited = (try? FileStatus.of(destination, followingSymlinks: false).permissions) ?? 0
-            let mode = (status.permissions & 0o777 & ~umask) | (inherited & S_ISGID)
+            let mode = settings.defaultModes.contains(.mode) ? 0o777 & ~umask
+                : (status.permissions & 0o777 & ~umask) | (inherited & S_ISGID)
             state.withLock { $0.directories.append((destination, status, source, mode)) }
         } else if !settings.preserve.isEmpty {
             state.withLock { $0.directories.append((destination, status, source, existing!.permissions)) }
@@ -222,6 +226,10 @@ final class Copier: Sendable {
             if settings.noClobber { return }
             if existing.kind == .directory {
                 return report("cannot overwrite directory '\(destination)' with non-directory")
+            }
+            // --attributes-only never replaces a file's data (its data is no attribute) but for --remove-destination.
+            if settings.attributesOnly && !settings.removeDestination {
+                return report("cannot create symbolic link '\(destination)': File exists")
             }
         }
         // A new link beside the old one, renamed over it: never a moment without either.

@@ -179,8 +179,14 @@ struct RingCP: AsyncParsableCommand {
     static func main() async {
         var arguments: [String] = []
         var operandsOnly = false
-        for argument in CommandLine.arguments.dropFirst() {
+        for var argument in CommandLine.arguments.dropFirst() {
             if !operandsOnly {
+                argument = expandingAbbreviation(argument)
+                if argument.hasPrefix("--preserve=") || argument.hasPrefix("--no-preserve=") {
+                    let keep = argument.hasPrefix("--preserve=")
+                    preserveOrder.append((String(argument.drop { $0 != "=" }.dropFirst()), keep))
+                }
+                if argument == "--preserve" { preserveOrder.append(("mode,ownership,timestamps", true)) }
                 switch argument {
                 case "--": operandsOnly = true
                 case "--preserve": arguments.append("--preserve=mode,ownership,timestamps"); continue
@@ -206,6 +212,31 @@ struct RingCP: AsyncParsableCommand {
         }
     }
 
+    /// `--preserve=` and `--no-preserve=` lists in command-line order (the
+    /// parser keeps each option's values, not their interleaving). Written
+    /// once by `main` before anything else runs.
+    nonisolated(unsafe) static var preserveOrder: [(String, Bool)] = []
+
+    /// cp's long options, for getopt's unambiguous abbreviations (`--b` for `--backup`).
+    static let longOptions = [
+        "recursive", "archive", "no-dereference", "dereference", "preserve", "no-preserve", "link", "symbolic-link",
+        "backup", "suffix", "update", "remove-destination", "attributes-only", "copy-contents", "parents",
+        "interactive", "keep-directory-symlink", "reflink", "sparse", "debug", "no-clobber", "force", "verbose",
+        "no-target-directory", "target-directory", "progress", "no-progress", "verify", "in-place", "direct", "jobs",
+        "method", "help",
+    ]
+
+    /// `--pa` → `--parents` (and `--b=x` → `--backup=x`) where one long option starts so.
+    static func expandingAbbreviation(_ argument: String) -> String {
+        guard argument.hasPrefix("--"), argument.count > 2 else { return argument }
+        let body = argument.dropFirst(2)
+        let name = String(body.prefix { $0 != "=" })
+        let rest = body.dropFirst(name.count)
+        if longOptions.contains(name) { return argument }
+        let matches = longOptions.filter { $0.hasPrefix(name) }
+        return matches.count == 1 ? "--" + matches[0] + rest : argument
+    }
+
     /// The settings the flags make, by cp's rules (later flags do not override earlier ones
     /// here, but each has one meaning).
     func makeSettings() -> Settings {
@@ -215,8 +246,17 @@ struct RingCP: AsyncParsableCommand {
         if preserve { settings.preserve.formUnion(.standard) }
         if archive { settings.preserve.formUnion(.all) }
         if noDereferenceKeepLinks { settings.preserve.insert(.links) }
-        for list in preserveLists { if case .success(let set) = Preserve.parse(list) { settings.preserve.formUnion(set) } }
-        for list in noPreserveLists { if case .success(let set) = Preserve.parse(list) { settings.preserve.subtract(set) } }
+        // --preserve and --no-preserve in the order given: the later one wins.
+        for (list, keep) in RingCP.preserveOrder {
+            guard case .success(let set) = Preserve.parse(list) else { continue }
+            if keep {
+                settings.preserve.formUnion(set)
+                settings.defaultModes.subtract(set)
+            } else {
+                settings.preserve.subtract(set)
+                settings.defaultModes.formUnion(set)
+            }
+        }
         settings.dereference = settings.recursive || noDereference || noDereferenceKeepLinks || archive ? .never : .always
         if dereferenceCommandLine { settings.dereference = .commandLine }
         if dereference { settings.dereference = .always }

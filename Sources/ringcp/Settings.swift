@@ -95,6 +95,9 @@ struct Settings: Sendable {
     var direct = false
     var recursive = false
     var preserve: Preserve = []
+    /// --no-preserve=mode: new files and directories get the default mode
+    /// (0666 or 0777, less the umask), not the source's.
+    var defaultModes: Preserve = []
     var noClobber = false
     var force = false
     var verbose = false
