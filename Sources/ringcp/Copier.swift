@@ -68,6 +68,14 @@ final class Copier: Sendable {
         path.isAbsolute ? path : cwd.pushing(path)
     }
 
+    /// A directory made for `source` outside the walk (--parents): its mode
+    /// (and with -p its other attributes) set at the end, with the others.
+    func madeDirectory(_ path: FilePath, for source: FilePath) {
+        guard let status = try? FileStatus.of(source, followingSymlinks: true) else { return }
+        let mode = settings.defaultModes.contains(.mode) ? 0o777 & ~umask : status.permissions & 0o777 & ~umask
+        state.withLock { $0.directories.append((path, status, source, mode)) }
+    }
+
     // MARK: - the walk
 
     /// A source named on the command line, where it goes, and whether a symlink there is followed.
@@ -187,8 +195,9 @@ final class Copier: Sendable {
             }
         }
         if existing == nil {
-            // Owner rwx while the contents go in; the real mode is set at the end.
-            if FS.mkdir(destination, (status.permissions & 0o777) | 0o700) != 0 {
+            // Owner-only while the contents go in (nobody else may enter or
+            // write it meanwhile, as cp); the real mode is set at the end.
+            if FS.mkdir(destination, 0o700) != 0 {
                 return reportError("cannot create directory", destination, Errno(rawValue: errno))
             }
             announce(source, destination)

@@ -319,14 +319,21 @@ struct RingCP: AsyncParsableCommand {
             // An unsearchable directory on the way: the reason, not "not a directory".
             failPlain("target directory '\(target)': \(describe(targetError))")
         }
+        var madeParents: [(made: FilePath, from: FilePath)] = []
         if parents {
             guard targetIsDirectory else { fail("with --parents, the destination must be a directory") }
             for source in rawOperands {
-                // The source's directories under the target, made as needed (cp sets their modes only with -p).
+                // The source's directories under the target, made as needed:
+                // owner-only until the end, then their modes (and more, with -p) as cp gives them.
                 var directory = rawTarget
+                var sourceDirectory = FilePath(root: source.root, [])
                 for component in source.removingLastComponent().components {
                     directory = directory.appending(component)
-                    if FS.mkdir(directory, 0o777) != 0 && errno != EEXIST {
+                    sourceDirectory = sourceDirectory.appending(component)
+                    // With -p, cp gives the source's attributes to those that were there too.
+                    if FS.mkdir(directory, 0o700) == 0 || (errno == EEXIST && !settings.preserve.isEmpty) {
+                        madeParents.append((directory, sourceDirectory))
+                    } else if errno != EEXIST {
                         failPlain("cannot make directory '\(directory)': \(describe(Errno(rawValue: errno)))")
                     }
                 }
@@ -352,6 +359,7 @@ struct RingCP: AsyncParsableCommand {
         let showProgress = progress ?? (isatty(STDOUT_FILENO) == 1)
         let bar = showProgress ? Progress(totalBytes: Copier.totalBytes(of: pairs.map(\.0), recursive: settings.recursive)) : nil
         let copier = Copier(settings: settings, progress: bar)
+        for (made, from) in madeParents { copier.madeDirectory(made, for: from) }
 
         // Signals are caught before the first byte moves.
         let stop = StopSwitch()
