@@ -81,8 +81,10 @@ final class Child {
 
     /// - Parameter terminal: run it on a pseudo-terminal (through script(1)),
     ///   whose output comes back as stdout.
+    /// - Parameter shell: `arguments` are /bin/sh's (a script that runs
+    ///   ringcp, given as `$0`), not ringcp's.
     init(_ arguments: [String], in directory: String, backend: Backend, umask: mode_t? = nil,
-         as user: RunAs = .current, terminal: Bool = false) throws {
+         as user: RunAs = .current, terminal: Bool = false, shell: Bool = false) throws {
         guard !ringcpPath.isEmpty else {
             throw TestFailure("the ringcp binary is not beside the test executable; build with `swift build --build-tests`")
         }
@@ -98,7 +100,7 @@ final class Child {
             environment["RINGIO_BACKEND"] = "threadpool"
             environment["RINGIO_QUIET"] = "1"
         }
-        var executable = ringcpPath
+        var executable = shell ? "/bin/sh" : ringcpPath
         var argv = arguments
         if let umask {
             argv = ["-c", "umask \(String(umask, radix: 8)) && exec \"$0\" \"$@\"", executable] + argv
