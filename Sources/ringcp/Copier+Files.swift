@@ -232,6 +232,9 @@ extension Copier {
         } else if plan.stream {
             copied = await copyStream(source, plan)
             how = "read and write"
+        } else if settings.sparseAlways && status.kind == .regular {
+            copied = await copyStream(source, plan, holes: true)
+            how = "read and write, zeros as holes"
         } else if settings.reflink == .always {
             copied = clone(source, plan)
             how = "reflink"

@@ -13,7 +13,10 @@ extension Copier {
     /// Never through a temporary file (a FIFO replaced by a regular file
     /// would leave its reader with nothing; a device cannot be renamed onto),
     /// never by the size a stat gave (a FIFO has none), and each byte once.
-    func copyStream(_ source: FilePath, _ plan: Plan) async -> Bool {
+    ///
+    /// - Parameter holes: `--sparse=always`: blocks of zeros become holes
+    ///   (skipped, the size set at the end), as cp makes them.
+    func copyStream(_ source: FilePath, _ plan: Plan, holes: Bool = false) async -> Bool {
         let (input, openError) = Blocking.call { FS.open(source, O_RDONLY | O_CLOEXEC | O_NOCTTY) }
         if input < 0 {
             report("cannot open '\(source)' for reading: \(describe(openError))")
@@ -48,6 +51,8 @@ extension Copier {
         let size = 128 << 10
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 16)
         defer { buffer.deallocate() }
+        var offset = 0
+        let block = 4096
         while true {
             if Task.isCancelled { return abandon(.canceled, reading: true) }
             let (n, readError) = Blocking.call { Int32(clamping: read(input, buffer, size)) }
@@ -58,13 +63,23 @@ extension Copier {
             if n == 0 { break }
             var done = 0
             while done < Int(n) {
-                let (written, writeError) = Blocking.call { Int32(clamping: write(output, buffer + done, Int(n) - done)) }
+                let length = holes ? min(block, Int(n) - done) : Int(n) - done
+                if holes && UnsafeRawBufferPointer(start: buffer + done, count: length).allSatisfy({ $0 == 0 }) {
+                    done += length  // a hole: nothing written
+                    continue
+                }
+                let at = off_t(offset + done)
+                let (written, writeError) = Blocking.call {
+                    Int32(clamping: holes ? pwrite(output, buffer + done, length, at) : write(output, buffer + done, length))
+                }
                 if written < 0 && writeError == .interrupted { continue }
                 if written <= 0 { return abandon(written < 0 ? writeError : .noSpace, reading: false) }
                 done += Int(written)
             }
+            offset += Int(n)
             progress?.add(Int(n))
         }
+        if holes && ftruncate(output, off_t(offset)) != 0 { return abandon(Errno(rawValue: errno), reading: false) }
         closed = true
         if close(output) != 0 { return abandon(Errno(rawValue: errno), reading: false) }
         if created && !settings.preserve.contains(.mode) && (plan.mode & ~umask) != plan.mode { _ = FS.chmod(plan.destination, plan.mode) }

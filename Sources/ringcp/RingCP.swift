@@ -171,6 +171,9 @@ struct RingCP: AsyncParsableCommand {
             if case .failure(let bad) = Preserve.parse(list) { throw ValidationError("invalid argument '\(bad.word)' for '--preserve'") }
         }
         if hardLink && symbolicLink { throw ValidationError("cannot make both hard and symbolic links") }
+        if reflink == "always" && sparse != "auto" {
+            throw ValidationError("--reflink can be used only with --sparse=auto")
+        }
     }
 
     /// cp's options that take an optional value (`--preserve`, `--backup`,
@@ -208,7 +211,12 @@ struct RingCP: AsyncParsableCommand {
                 try command.run()
             }
         } catch {
-            exit(withError: error)
+            // --help and the like: as the parser has them. A bad command line:
+            // one line and exit 1, as cp (the parser would exit 64).
+            if exitCode(for: error) == .success || error is ExitCode { exit(withError: error) }
+            writeAll(STDERR_FILENO, "\(programName): \(message(for: error))\n"
+                + "Try '\(programName) --help' for more information.\n")
+            Glibc.exit(1)
         }
     }
 
@@ -278,6 +286,7 @@ struct RingCP: AsyncParsableCommand {
         settings.keepDirectorySymlink = keepDirectorySymlink
         settings.reflink = Reflink(rawValue: reflink) ?? .auto
         settings.sparseNever = sparse == "never"
+        settings.sparseAlways = sparse == "always"
         settings.debug = debug
         settings.posixlyCorrect = ProcessEnvironment.value("POSIXLY_CORRECT") != nil
         return settings

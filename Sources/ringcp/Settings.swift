@@ -118,6 +118,8 @@ struct Settings: Sendable {
     var reflink = Reflink.auto
     /// `--sparse=never`: holes are written as zeros.
     var sparseNever = false
+    /// `--sparse=always`: blocks of zeros become holes.
+    var sparseAlways = false
     var debug = false
     /// POSIXLY_CORRECT: a dangling symlink destination is written through (its target made).
     var posixlyCorrect = false
