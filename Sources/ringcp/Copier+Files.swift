@@ -77,15 +77,23 @@ extension Copier {
             }
             switch settings.update {
             case .all: break
-            case .none: return nil
+            case .none:
+                if settings.debug { say("skipped '\(destination)'") }
+                return nil
             case .noneFail:
                 report("not replacing '\(destination)'")
                 return nil
             case .older:
                 let (a, b) = (existing.modificationTime, status.modificationTime)
-                if (a.tv_sec, a.tv_nsec) >= (b.tv_sec, b.tv_nsec) { return nil }
+                if (a.tv_sec, a.tv_nsec) >= (b.tv_sec, b.tv_nsec) {
+                    if settings.debug { say("skipped '\(destination)'") }
+                    return nil
+                }
             }
-            if settings.interactive && !ask("overwrite '\(destination)'? ") { return nil }
+            if settings.interactive && !ask("overwrite '\(destination)'? ") {
+                state.withLock { $0.failed = true }  // not replaced: cp exits 1, with no message
+                return nil
+            }
             if existing.kind == .regular && !settings.force && FS.access(target, W_OK) != 0
                 && settings.backup == .none && !settings.removeDestination {
                 reportError("cannot create regular file", destination, Errno(rawValue: errno))
@@ -245,7 +253,6 @@ extension Copier {
             how = "io_uring chain"
         }
         guard copied else { return }
-        if settings.debug { writeLine(STDOUT_FILENO, "'\(source)' -> '\(plan.shownDestination)' (\(how))") }
         if !settings.preserve.isEmpty {
             do throws(Errno) { try FS.preserve(status, from: source, on: plan.destination, settings.preserve) } catch {
                 reportError("cannot preserve attributes of", plan.shownDestination, error)
@@ -255,7 +262,11 @@ extension Copier {
         if plan.creationMode != plan.mode && !settings.preserve.contains(.mode) && FS.chmod(plan.destination, plan.mode) != 0 {
             reportError("cannot set permissions of", plan.shownDestination, Errno(rawValue: errno))
         }
-        announce(source, plan.shownDestination)
+        // --debug: cp's line (offload: the kernel moved the bytes; sparse detection: SEEK_DATA).
+        let debug = settings.attributesOnly ? nil
+            : "copy offload: \(how == "kernel splice" ? "yes" : "no"), reflink: \(how == "reflink" ? "yes" : "unsupported"), "
+                + "sparse detection: \(status.mayBeSparse && !settings.sparseNever ? "SEEK_HOLE" : "no") (ringcp: \(how))"
+        announce(source, plan.shownDestination, how: settings.debug ? debug : nil)
         progress?.fileDone()
         if settings.verify { await verify(source, plan.destination, shown: plan.shownDestination) }
     }

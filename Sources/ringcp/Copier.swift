@@ -21,6 +21,7 @@ final class Copier: Sendable {
 
     struct State {
         var failed = false
+        var stdoutFailed = false
         /// A signal cut a copy short, or kept one from starting.
         var interrupted = false
         /// The symlinks this run made (cp never writes through one of them:
@@ -60,8 +61,22 @@ final class Copier: Sendable {
         report("\(what) '\(path)': \(describe(error))")
     }
 
-    func announce(_ source: FilePath, _ destination: FilePath) {
-        if settings.verbose { writeLine(STDOUT_FILENO, "'\(source)' -> '\(destination)'") }
+    func announce(_ source: FilePath, _ destination: FilePath, how: String? = nil) {
+        guard settings.verbose || settings.debug else { return }
+        say("'\(source)' -> '\(destination)'" + (how.map { "\n" + $0 } ?? ""))
+    }
+
+    /// A line on stdout (-v, --debug); a failed write (a full disk, a closed
+    /// pipe) is reported once and makes the exit status 1, as in cp.
+    func say(_ line: String) {
+        if !writeLine(STDOUT_FILENO, line) {
+            let error = Errno(rawValue: errno)
+            let first = state.withLock { s -> Bool in
+                defer { s.stdoutFailed = true }
+                return !s.stdoutFailed
+            }
+            if first { report("write error: \(describe(error))") }
+        }
     }
 
     func absolute(_ path: FilePath) -> FilePath {
@@ -325,16 +340,20 @@ func describe(_ error: Errno) -> String {
     String(cString: strerror(error.rawValue))
 }
 
-func writeLine(_ fd: Int32, _ line: String) { writeAll(fd, line + "\n") }
+@discardableResult
+func writeLine(_ fd: Int32, _ line: String) -> Bool { writeAll(fd, line + "\n") }
 
 /// All of `text` to `fd` (short writes continued, EINTR retried; given up on an error).
-func writeAll(_ fd: Int32, _ text: String) {
+/// - Returns: whether every byte was written.
+@discardableResult
+func writeAll(_ fd: Int32, _ text: String) -> Bool {
     let bytes = Array(text.utf8)
     var offset = 0
     while offset < bytes.count {
         let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
         if n < 0 && errno == EINTR { continue }
-        if n <= 0 { return }
+        if n <= 0 { return false }
         offset += n
     }
+    return true
 }

@@ -171,6 +171,10 @@ struct RingCP: AsyncParsableCommand {
             if case .failure(let bad) = Preserve.parse(list) { throw ValidationError("invalid argument '\(bad.word)' for '--preserve'") }
         }
         if hardLink && symbolicLink { throw ValidationError("cannot make both hard and symbolic links") }
+        let backup = backupShort || (backupControl.flatMap(BackupControl.init) ?? .none) != .none
+        if backup && (noClobber || update == "none" || update == "none-fail") {
+            throw ValidationError("--backup is mutually exclusive with -n or --update=none")
+        }
         if reflink == "always" && sparse != "auto" {
             throw ValidationError("--reflink can be used only with --sparse=auto")
         }
@@ -190,6 +194,16 @@ struct RingCP: AsyncParsableCommand {
                     preserveOrder.append((String(argument.drop { $0 != "=" }.dropFirst()), keep))
                 }
                 if argument == "--preserve" { preserveOrder.append(("mode,ownership,timestamps", true)) }
+                // -i and -n: the later one wins, as in cp.
+                if argument == "--interactive" { interactiveLast = true }
+                if argument == "--no-clobber" { interactiveLast = false }
+                if argument.hasPrefix("-") && !argument.hasPrefix("--") {
+                    for letter in argument.dropFirst() {
+                        if letter == "i" { interactiveLast = true }
+                        if letter == "n" { interactiveLast = false }
+                        if letter == "t" || letter == "S" { break }  // the rest is their value
+                    }
+                }
                 switch argument {
                 case "--": operandsOnly = true
                 case "--preserve": arguments.append("--preserve=mode,ownership,timestamps"); continue
@@ -224,6 +238,8 @@ struct RingCP: AsyncParsableCommand {
     /// parser keeps each option's values, not their interleaving). Written
     /// once by `main` before anything else runs.
     nonisolated(unsafe) static var preserveOrder: [(String, Bool)] = []
+    /// Of -i and -n, whether -i came last (nil: neither).
+    nonisolated(unsafe) static var interactiveLast: Bool?
 
     /// cp's long options, for getopt's unambiguous abbreviations (`--b` for `--backup`).
     static let longOptions = [
@@ -249,7 +265,8 @@ struct RingCP: AsyncParsableCommand {
     /// here, but each has one meaning).
     func makeSettings() -> Settings {
         var settings = Settings(method: CopyMethod(rawValue: method) ?? .kernel, direct: direct,
-                                recursive: recursive || archive, noClobber: noClobber && !interactive,
+                                recursive: recursive || archive,
+                                noClobber: noClobber && !(interactive && RingCP.interactiveLast == true),
                                 force: force && !noClobber, verbose: verbose, inPlace: inPlace, verify: verify, jobs: jobs)
         if preserve { settings.preserve.formUnion(.standard) }
         if archive { settings.preserve.formUnion(.all) }
@@ -282,7 +299,7 @@ struct RingCP: AsyncParsableCommand {
         settings.attributesOnly = attributesOnly
         settings.copyContents = copyContents
         settings.parents = parents
-        settings.interactive = interactive
+        settings.interactive = interactive && !(noClobber && RingCP.interactiveLast == false)
         settings.keepDirectorySymlink = keepDirectorySymlink
         settings.reflink = Reflink(rawValue: reflink) ?? .auto
         settings.sparseNever = sparse == "never"
