@@ -62,7 +62,8 @@ extension Copier {
             if existing.isSameFile(as: status) {
                 // cp's special case: with --force and --backup, a file copied onto
                 // itself is backed up, and the copy made from the backup.
-                guard settings.force && settings.backup != .none && existing.kind == .regular else {
+                guard settings.force && settings.backup != .none && existing.kind == .regular
+                        && sameName(source, destination) else {
                     report("'\(source)' and '\(destination)' are the same file")
                     return nil
                 }
@@ -190,29 +191,51 @@ extension Copier {
     }
 
     /// -l or -s: a hard or symbolic link to `source` at `destination`.
-    func makeLink(_ source: FilePath, _ status: FileStatus, to destination: FilePath, inNewDirectory: Bool) {
+    /// - Parameter follow: a symlink at `source` is followed (the link goes to what it names).
+    func makeLink(_ source: FilePath, _ status: FileStatus, to destination: FilePath, inNewDirectory: Bool, follow: Bool) {
+        var linkFrom = source
         if !inNewDirectory, let existing = try? FileStatus.ifPresent(destination, followingSymlinks: false) {
             if settings.noClobber { return }
             if existing.kind == .directory {
                 return report("cannot overwrite directory '\(destination)' with non-directory")
             }
-            if existing.isSameFile(as: status) && settings.link == .hard { return }
+            if existing.isSameFile(as: status) {
+                // A symlink onto the file it would name makes a loop and loses the file: never.
+                // A hard link: already one (cp: nothing to do), or with -fb, the backup linked back.
+                guard settings.link == .hard else {
+                    return report("'\(source)' and '\(destination)' are the same file")
+                }
+                guard settings.backup != .none && settings.force else { return }
+                linkFrom = backupName(for: destination)
+            }
             if settings.backup != .none {
                 if FS.rename(destination, backupName(for: destination)) != 0 {
                     return reportError("cannot backup", destination, Errno(rawValue: errno))
                 }
             } else if !settings.force && !settings.removeDestination {
-                return report("cannot create \(settings.link == .hard ? "hard" : "symbolic") link '\(destination)': File exists")
+                return report("cannot create \(settings.link == .hard ? "hard link" : "symlink") '\(destination)' to '\(source)': File exists")
             } else if FS.unlink(destination) != 0 {
                 return reportError("cannot remove", destination, Errno(rawValue: errno))
             }
         }
-        let rc = settings.link == .hard ? FS.link(source, destination) : FS.symlink(source, destination)
+        let rc = settings.link == .hard
+            ? linkFrom.withPlatformString { from in
+                destination.withPlatformString { linkat(AT_FDCWD, from, AT_FDCWD, $0, follow ? AT_SYMLINK_FOLLOW : 0) }
+            }
+            : FS.symlink(source, destination)
         if rc != 0 {
-            let kind = settings.link == .hard ? "hard" : "symbolic"
-            return reportError("cannot create \(kind) link", destination, Errno(rawValue: errno))
+            let kind = settings.link == .hard ? "hard link" : "symlink"
+            return report("cannot create \(kind) '\(destination)' to '\(source)': \(describe(Errno(rawValue: errno)))")
         }
         announce(source, destination)
+    }
+
+    /// The same directory entry: the same name in the same directory (cp's "same name").
+    func sameName(_ a: FilePath, _ b: FilePath) -> Bool {
+        guard a.lastComponent == b.lastComponent,
+              let x = try? FileStatus.of(parentOf(a), followingSymlinks: true),
+              let y = try? FileStatus.of(parentOf(b), followingSymlinks: true) else { return false }
+        return x.isSameFile(as: y)
     }
 
     /// --preserve=links: `source` is another name of a file copied to `first`.

@@ -144,7 +144,9 @@ final class Copier: Sendable {
         }
         if status.kind != .directory {
             // -l, -s: a link in place of a copy.
-            if settings.link != .none { return makeLink(source, status, to: destination, inNewDirectory: inNewDirectory) }
+            if settings.link != .none {
+                return makeLink(source, status, to: destination, inNewDirectory: inNewDirectory, follow: follow)
+            }
             // --preserve=links: a second name of a file already copied is linked to its copy.
             // (A file reached through a followed symlink may be reached again by its own name.)
             if settings.preserve.contains(.links) && (status.links > 1 || follow) {
@@ -250,6 +252,16 @@ final class Copier: Sendable {
             if settings.noClobber { return }
             if existing.kind == .directory {
                 return report("cannot overwrite directory '\(destination)' with non-directory")
+            }
+            // The link would replace the very file it names (`cp -d link target`): a loop, the data lost.
+            if existing.kind != .symlink, let named = try? FileStatus.of(source, followingSymlinks: true),
+               named.isSameFile(as: existing) {
+                guard settings.backup != .none else {
+                    return report("'\(source)' and '\(destination)' are the same file")
+                }
+                if FS.rename(destination, backupName(for: destination)) != 0 {
+                    return reportError("cannot backup", destination, Errno(rawValue: errno))
+                }
             }
             // --attributes-only never replaces a file's data (its data is no attribute) but for --remove-destination.
             if settings.attributesOnly && !settings.removeDestination {

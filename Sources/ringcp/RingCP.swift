@@ -287,6 +287,10 @@ struct RingCP: AsyncParsableCommand {
         if dereference { settings.dereference = .always }
         if noDereference || noDereferenceKeepLinks { settings.dereference = .never }
         settings.link = hardLink ? .hard : symbolicLink ? .symbolic : .none
+        // -l follows the symlinks it is given (with -R: those on the command line), unless told otherwise.
+        if hardLink && !(noDereference || noDereferenceKeepLinks || dereference || dereferenceCommandLine || archive) {
+            settings.dereference = settings.recursive ? .commandLine : .always
+        }
         if let update { settings.update = Update(rawValue: update) ?? .all }
         if updateShort { settings.update = .older }
         if let backupControl { settings.backup = BackupControl(backupControl) ?? .existing }

@@ -115,6 +115,17 @@ struct CompatTests {
         CpCase(name: "--backup with -f onto itself backs the file up", arguments: ["-f", "--backup=simple", "f", "f"]) { d in
             try writeFile(d + "/f", "data")
         },
+        CpCase(name: "-d onto the file its symlink names: refused, not a loop (same-file.sh)", arguments: ["-d", "symlink", "foo"]) { d in
+            try writeFile(d + "/foo", "data")
+            try makeSymlink(d + "/symlink", to: "foo")
+        },
+        CpCase(name: "-sf onto the source itself: refused, not a loop (same-file.sh)", arguments: ["-sf", "foo", "foo"]) { d in
+            try writeFile(d + "/foo", "data")
+        },
+        CpCase(name: "--link follows a symlink operand (link-deref.sh)", arguments: ["--link", "filelink", "dst"]) { d in
+            try writeFile(d + "/file", "data")
+            try makeSymlink(d + "/filelink", to: "file")
+        },
         CpCase(name: "-s with an absolute source", arguments: ["-s", "/etc/hostname", "link"]) { _ in },
         CpCase(name: "--attributes-only keeps an existing file's data", arguments: ["--attributes-only", "f", "g"]) { d in
             try writeFile(d + "/f", "1")
