@@ -20,11 +20,17 @@ struct RingCP: AsyncParsableCommand {
             ringcp [OPTIONS] -t DIRECTORY SOURCE...
             """,
         discussion: """
-            Flags mean what they mean to GNU cp. Beyond cp: a file that exists \
-            is replaced only once its new contents are complete (they are \
-            written to a temporary file beside it, then renamed into place), so \
-            a failed or interrupted copy leaves it as it was and no partial file \
-            behind; --in-place writes into it directly, as cp does. Holes in \
+            Flags mean what they mean to GNU cp. Beyond cp: a regular file \
+            that exists is replaced by a regular file only once its new \
+            contents are complete (they are written to a temporary file beside \
+            it, then renamed into place), so a failed or interrupted copy \
+            leaves it as it was and no partial file behind. That atomic replace \
+            never applies when the source or the destination is a FIFO, a \
+            device or a socket (the bytes go straight into the destination, \
+            once, as with cp: a reader waiting on it sees them as they come), \
+            nor with --in-place (which writes into the file, as cp does), \
+            --remove-destination, --backup, --attributes-only, --sparse=always \
+            or --reflink=always. ("-" is a file name, as for cp.) Holes in \
             sparse files stay holes. Files of 256 KiB or less are copied with \
             their opens, reads, writes, closes and renames batched through the \
             ring, many at once; larger ones are spliced through pipes inside \
