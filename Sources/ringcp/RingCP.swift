@@ -359,6 +359,8 @@ struct RingCP: AsyncParsableCommand {
         if parents {
             guard targetIsDirectory else { fail("with --parents, the destination must be a directory") }
             for source in rawOperands {
+                // Nothing made for a source that is not there (`f/g` with f a file): its copy reports it.
+                guard (try? FileStatus.of(source, followingSymlinks: false)) != nil else { continue }
                 // The source's directories under the target, made as needed:
                 // owner-only until the end, then their modes (and more, with -p) as cp gives them.
                 var directory = rawTarget
