@@ -138,3 +138,26 @@ struct SafetyTests {
         #expect(try permissions(dir.at("kept")) == 0o2755)
     }
 }
+
+/// cp's messages for permission errors behind a symlink (coreutils fail-perm.sh, which must run as non-root).
+@Suite("ringcp permission messages")
+struct PermissionMessageTests {
+    @Test("a symlink into an unsearchable directory: 'cannot stat', and for -t 'target directory', not 'dangling'",
+          arguments: bothBackends)
+    func behindSymlink(backend: Backend) async throws {
+        let dir = try FailureTests.nobodyScratch()
+        try makeDirectory(dir.at("D"), mode: 0o777)
+        try makeDirectory(dir.at("D/D"), mode: 0o777)
+        try makeSymlink(dir.at("symlink"), to: "D/D")
+        try writeFile(dir.at("F"), "F")
+        chown(dir.path, nobodyID, nobodyID)
+        chmod(dir.at("D"), 0)
+        defer { chmod(dir.at("D"), 0o700) }
+        for arguments in [["F", "symlink"], ["--no-target-directory", "F", "symlink"]] {
+            let run = try await ringcp(arguments, in: dir.path, backend: backend, as: .nobody)
+            #expect(run.status == 1 && run.errorLines == ["ringcp: cannot stat 'symlink': Permission denied"], "\(run)")
+        }
+        let run = try await ringcp(["--target-directory=symlink", "F"], in: dir.path, backend: backend, as: .nobody)
+        #expect(run.status == 1 && run.errorLines == ["ringcp: target directory 'symlink': Permission denied"], "\(run)")
+    }
+}
