@@ -256,7 +256,7 @@ extension Copier {
     func copyFile(_ named: FilePath, _ status: FileStatus, _ plan: Plan) async {
         let source = plan.readFrom ?? named
         let copied: Bool
-        var how = "kernel splice"
+        var how = "copy_file_range"
         if settings.attributesOnly {
             copied = createEmpty(plan)
             how = "attributes only"
@@ -287,7 +287,7 @@ extension Copier {
         }
         // --debug: cp's line (offload: the kernel moved the bytes; sparse detection: SEEK_DATA).
         let debug = settings.attributesOnly ? nil
-            : "copy offload: \(how == "kernel splice" ? "yes" : "no"), reflink: \(how == "reflink" ? "yes" : "unsupported"), "
+            : "copy offload: \(how == "kernel splice" || how == "copy_file_range" ? "yes" : "no"), reflink: \(how == "reflink" ? "yes" : "unsupported"), "
                 + "sparse detection: \(status.mayBeSparse && !settings.sparseNever ? "SEEK_HOLE" : "no") (ringcp: \(how))"
         announce(source, plan.shownDestination, how: settings.debug ? debug : nil)
         progress?.fileDone()
@@ -399,7 +399,22 @@ extension Copier {
             : dataRegions(of: FileDescriptor(rawValue: input), size: size, mayBeSparse: FileStatus(info).mayBeSparse)
         var endedAt: Int64?
         var method = settings.direct ? .channels : settings.method
+        if method == .range {
+            how = "copy_file_range"
+            let ticker = progress.map { bar in Task { await bar.runTicker() } }
+            let outcome = RangeCopy.run(from: input, to: output, regions: regions) { [progress] in progress?.add($0) }
+            ticker?.cancel()
+            switch outcome {
+            case .copied(let end):
+                endedAt = end
+            case .unsupported:
+                method = .kernel  // another file system: spliced through pipes, or else the channels
+            case .failed(let error, let write):
+                return write ? abandon("error writing", plan.shownDestination, error) : abandon("error reading", source, error)
+            }
+        }
         if method == .kernel {
+            how = "kernel splice"
             let moved = Counter()
             let ticker = progress.map { bar in Task { await bar.runTicker() } }
             do throws(IOError) {

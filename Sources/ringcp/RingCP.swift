@@ -33,9 +33,10 @@ struct RingCP: AsyncParsableCommand {
             or --reflink=always. ("-" is a file name, as for cp.) Holes in \
             sparse files stay holes. Files of 256 KiB or less are copied with \
             their opens, reads, writes, closes and renames batched through the \
-            ring, many at once; larger ones are spliced through pipes inside \
-            the kernel, four 1 MiB chunks in flight (--method channels: \
-            through two random channels instead; --direct: around the page \
+            ring, many at once; larger ones are copied inside the kernel by \
+            copy_file_range, as cp does (--method kernel: spliced through \
+            pipes by the ring, four 1 MiB chunks in flight; --method \
+            channels: through two random channels; --direct: around the page \
             cache).
 
             Examples:
@@ -158,15 +159,15 @@ struct RingCP: AsyncParsableCommand {
     @Option(help: "Small files copied at once.")
     var jobs = 64
 
-    @Option(help: ArgumentHelp("How large files are copied: 'kernel' (spliced through pipes, the bytes never enter the process; the default) or 'channels' (read and written through two random channels).", valueName: "method"))
-    var method = "kernel"
+    @Option(help: ArgumentHelp("How large files are copied: 'range' (copy_file_range inside the kernel, as cp; the default), 'kernel' (spliced through pipes by the ring, the bytes never enter the process) or 'channels' (read and written through two random channels).", valueName: "method"))
+    var method = "range"
 
     @Argument(help: "Sources, then the destination.")
     var paths: [String] = []
 
     mutating func validate() throws {
         if jobs < 1 { throw ValidationError("--jobs must be at least 1") }
-        if CopyMethod(rawValue: method) == nil { throw ValidationError("--method must be 'kernel' or 'channels'") }
+        if CopyMethod(rawValue: method) == nil { throw ValidationError("--method must be 'range', 'kernel' or 'channels'") }
         if Reflink(rawValue: reflink) == nil { throw ValidationError("invalid argument '\(reflink)' for '--reflink'") }
         if !["auto", "always", "never"].contains(sparse) { throw ValidationError("invalid argument '\(sparse)' for '--sparse'") }
         if let update, Update(rawValue: update) == nil { throw ValidationError("invalid argument '\(update)' for '--update'") }
@@ -270,7 +271,7 @@ struct RingCP: AsyncParsableCommand {
     /// The settings the flags make, by cp's rules (later flags do not override earlier ones
     /// here, but each has one meaning).
     func makeSettings() -> Settings {
-        var settings = Settings(method: CopyMethod(rawValue: method) ?? .kernel, direct: direct,
+        var settings = Settings(method: CopyMethod(rawValue: method) ?? .range, direct: direct,
                                 recursive: recursive || archive,
                                 noClobber: noClobber && !(interactive && RingCP.interactiveLast == true),
                                 force: force && !noClobber, verbose: verbose, inPlace: inPlace, verify: verify, jobs: jobs)

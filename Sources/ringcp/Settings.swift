@@ -6,6 +6,9 @@ import Musl
 
 /// How a large file's bytes move.
 enum CopyMethod: String, Sendable, CaseIterable {
+    /// `copy_file_range(2)` inside the kernel, as cp (the default); where the
+    /// file systems refuse it, spliced (`kernel`).
+    case range
     /// Spliced through pipes inside the kernel (`IO.copyRanges`); falls back
     /// to channels where the file systems cannot splice.
     case kernel
@@ -90,7 +93,7 @@ enum BackupControl: Sendable {
 enum Reflink: String, Sendable { case never, auto, always }
 
 struct Settings: Sendable {
-    var method = CopyMethod.kernel
+    var method = CopyMethod.range
     /// Large files bypass the page cache (O_DIRECT, through the channels).
     var direct = false
     var recursive = false
