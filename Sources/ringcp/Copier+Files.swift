@@ -402,15 +402,15 @@ extension Copier {
         if method == .range {
             how = "copy_file_range"
             let ticker = progress.map { bar in Task { await bar.runTicker() } }
-            let outcome = RangeCopy.run(from: input, to: output, regions: regions) { [progress] in progress?.add($0) }
-            ticker?.cancel()
-            switch outcome {
-            case .copied(let end):
-                endedAt = end
-            case .unsupported:
-                method = .kernel  // another file system: spliced through pipes, or else the channels
-            case .failed(let error, let write):
-                return write ? abandon("error writing", plan.shownDestination, error) : abandon("error reading", source, error)
+            defer { ticker?.cancel() }
+            do throws(IOError) {
+                endedAt = try await IO.copyFileRange(regions, from: FileDescriptor(rawValue: input),
+                                                     to: FileDescriptor(rawValue: output)) { [progress] in progress?.add($0) }
+            } catch where error.operation == .copy {
+                method = .kernel  // file systems that cannot: spliced through pipes, or else the channels
+            } catch {
+                return error.side == .destination ? abandon("error writing", plan.shownDestination, error.errno)
+                    : abandon("error reading", source, error.errno)
             }
         }
         if method == .kernel {

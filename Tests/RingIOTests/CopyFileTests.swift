@@ -185,6 +185,39 @@ struct CopyFileTests {
         #expect(try readFile(dir.file("dst")) == expected)
     }
 
+    @Test("copyFileRange copies the ranges in the kernel (holes stay), ends early on a short source, and says .copy where the files cannot be copied so")
+    func copyFileRange() async throws {
+        let dir = TemporaryDirectory()
+        let size = 9 << 20 + 123
+        let bytes = randomBytes(size, seed: 13)
+        try writeFile(dir.file("src"), bytes)
+        try writeFile(dir.file("dst"), [])
+        let input = try openFile(dir.file("src"), .readOnly)
+        let output = try openFile(dir.file("dst"))
+        defer { try? input.close(); try? output.close() }
+        #expect(ftruncate(output.rawValue, off_t(size)) == 0)
+        let ranges: [Range<Int64>] = [0..<(3 << 20), (5 << 20)..<Int64(size)]
+        let moved = Locked(0)
+        let ended = try await IO.copyFileRange(ranges, from: input, to: output, chunk: 1 << 20) { n in
+            moved.withLock { $0 += n }
+        }
+        #expect(ended == nil)
+        #expect(moved.withLock { $0 } == ranges.reduce(0) { $0 + Int($1.count) })
+        var expected = bytes
+        for i in (3 << 20)..<(5 << 20) { expected[i] = 0 }
+        #expect(try readFile(dir.file("dst")) == expected)
+        // Past the source's end: it ended there.
+        #expect(try await IO.copyFileRange([Int64(size)..<Int64(size + 4096)], from: input, to: output) == Int64(size))
+        // A pipe cannot be copied so: nothing copied, the caller is told to use another way.
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        defer { close(fds[0]); close(fds[1]) }
+        let error = await #expect(throws: IOError.self) {
+            try await IO.copyFileRange([0..<4096], from: input, to: FileDescriptor(rawValue: fds[1]))
+        }
+        #expect(error?.operation == .copy, "\(String(describing: error))")
+    }
+
     @Test("copyRanges: a source shorter than the ranges ends early; a write error names the write side", arguments: allBackends)
     func copyRangesErrors(backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)

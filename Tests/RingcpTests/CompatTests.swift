@@ -18,28 +18,30 @@ struct CpCase: CustomStringConvertible, Sendable {
     var description: String { name }
 }
 
-/// What GNU cp did: its exit status and stderr.
-func runGNUcp(_ arguments: [String], in directory: String, environment: [String: String]) throws -> (Int32, String) {
+/// What GNU cp did: its exit status and stderr (waited for without holding a cooperative thread).
+func runGNUcp(_ arguments: [String], in directory: String, environment: [String: String]) async throws -> (Int32, String) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: "/usr/bin/cp")
     process.arguments = arguments
     process.currentDirectoryURL = URL(fileURLWithPath: directory)
     process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
     process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
-    let err = Pipe()
-    process.standardError = err
+    let errPath = "/tmp/ringcp-test-gnu-stderr-\(UUID().uuidString)"
+    _ = FileManager.default.createFile(atPath: errPath, contents: nil)
+    defer { unlink(errPath) }
+    process.standardError = FileHandle(forWritingAtPath: errPath)
     process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
     try process.run()
-    let data = err.fileHandleForReading.readDataToEndOfFile()
+    while process.isRunning { try await Task.sleep(for: .milliseconds(2)) }
     process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    return (process.terminationStatus, (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "")
 }
 
-/// ringcp with extra environment variables.
+/// ringcp with extra environment variables (given to the child only).
 func ringcp(_ arguments: [String], in directory: String, backend: Backend, environment: [String: String]) async throws -> Run {
-    for (key, value) in environment { setenv(key, value, 1) }
-    defer { for key in environment.keys { unsetenv(key) } }
-    return try await ringcp(arguments, in: directory, backend: backend)
+    let run = try await Child(arguments, in: directory, backend: backend, environment: environment).finished()
+    if run.hung { throw TestFailure("\(run)\ndid not finish within a minute") }
+    return run
 }
 
 /// ringcp against GNU cp on cp's tricky cases (coreutils' tests/cp and the
@@ -174,7 +176,7 @@ struct CompatTests {
         try scenario.setup(ours.path)
         try scenario.setup(theirs.path)
         let run = try await ringcp(scenario.arguments, in: ours.path, backend: backend, environment: scenario.environment)
-        let (status, stderr) = try runGNUcp(scenario.arguments, in: theirs.path, environment: scenario.environment)
+        let (status, stderr) = try await runGNUcp(scenario.arguments, in: theirs.path, environment: scenario.environment)
         #expect(run.status == status, "\(run)\nGNU cp: exit \(status), \(stderr.debugDescription)")
         let messages = run.errorLines.map { $0.replacingOccurrences(of: "ringcp: ", with: "cp: ") }
         #expect(messages == lines(stderr).map { $0.replacingOccurrences(of: "/usr/bin/cp: ", with: "cp: ") }, "\(run)")

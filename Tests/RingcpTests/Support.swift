@@ -84,13 +84,14 @@ final class Child {
     /// - Parameter shell: `arguments` are /bin/sh's (a script that runs
     ///   ringcp, given as `$0`), not ringcp's.
     init(_ arguments: [String], in directory: String, backend: Backend, umask: mode_t? = nil,
-         as user: RunAs = .current, terminal: Bool = false, shell: Bool = false) throws {
+         as user: RunAs = .current, terminal: Bool = false, shell: Bool = false,
+         environment extra: [String: String] = [:]) throws {
         guard !ringcpPath.isEmpty else {
             throw TestFailure("the ringcp binary is not beside the test executable; build with `swift build --build-tests`")
         }
         self.arguments = arguments
         self.backend = backend
-        var environment = ProcessInfo.processInfo.environment
+        var environment = ProcessInfo.processInfo.environment.merging(extra) { $1 }
         switch backend {
         case .ioUring:
             // No RINGIO_QUIET: the fallback line, if any, tells the run it was not on io_uring.
