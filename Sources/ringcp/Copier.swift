@@ -7,29 +7,6 @@ import RingIO
 import Synchronization
 import SystemPackage
 
-/// How a large file's bytes move.
-enum CopyMethod: String, Sendable, CaseIterable {
-    /// Spliced through pipes inside the kernel (`IO.copyRanges`); falls back
-    /// to channels where the file systems cannot splice.
-    case kernel
-    /// Read and written through two random channels.
-    case channels
-}
-
-struct Settings: Sendable {
-    var method = CopyMethod.kernel
-    /// Large files bypass the page cache (O_DIRECT, through the channels).
-    var direct = false
-    var recursive = false
-    var preserve = false
-    var noClobber = false
-    var force = false
-    var verbose = false
-    var inPlace = false
-    var verify = false
-    var jobs = 64
-}
-
 /// Walks the sources and copies each item by cp's rules. Small regular
 /// files run `jobs` at a time (their requests share the ring's batches);
 /// a large file runs alone, with its own requests in flight.
@@ -40,13 +17,20 @@ final class Copier: Sendable {
     let umask: mode_t
     /// The working directory, for the library calls, which take absolute paths.
     private let cwd: FilePath
-    private let state = Mutex(State())
+    let state = Mutex(State())
 
-    private struct State {
+    struct State {
         var failed = false
+        var stdoutFailed = false
+        /// A signal cut a copy short, or kept one from starting.
         var interrupted = false
+        /// The symlinks this run made (cp never writes through one of them:
+        /// two sources may not land on the same name, one as a link).
+        var createdLinks: Set<FileIdentity> = []
+        /// The first copy of each source with more than one name (--preserve=links).
+        var copies: [FileIdentity: FilePath] = [:]
         /// Directories whose mode (and times, with -p) are set once their contents are in.
-        var directories: [(path: FilePath, source: FileStatus, mode: mode_t)] = []
+        var directories: [(path: FilePath, source: FileStatus, sourcePath: FilePath, mode: mode_t)] = []
     }
 
     init(settings: Settings, progress: Progress?) {
@@ -66,10 +50,10 @@ final class Copier: Sendable {
     /// One line on stderr; the exit status becomes 1.
     func report(_ message: String) {
         state.withLock { $0.failed = true }
-        writeLine(STDERR_FILENO, "ringcp: \(message)")
+        writeLine(STDERR_FILENO, "\(programName): \(message)")
     }
 
-    private func reportError(_ what: String, _ path: FilePath, _ error: Errno) {
+    func reportError(_ what: String, _ path: FilePath, _ error: Errno) {
         if error == .canceled {
             state.withLock { $0.interrupted = true }
             return
@@ -77,35 +61,70 @@ final class Copier: Sendable {
         report("\(what) '\(path)': \(describe(error))")
     }
 
-    private func announce(_ source: FilePath, _ destination: FilePath) {
-        if settings.verbose { writeLine(STDOUT_FILENO, "'\(source)' -> '\(destination)'") }
+    func announce(_ source: FilePath, _ destination: FilePath, how: String? = nil) {
+        guard settings.verbose || settings.debug else { return }
+        say("'\(source)' -> '\(destination)'" + (how.map { "\n" + $0 } ?? ""))
     }
 
-    private func absolute(_ path: FilePath) -> FilePath {
+    /// A line on stdout (-v, --debug); a failed write (a full disk, a closed
+    /// pipe) is reported once and makes the exit status 1, as in cp.
+    func say(_ line: String) {
+        if !writeLine(STDOUT_FILENO, line) {
+            let error = Errno(rawValue: errno)
+            let first = state.withLock { s -> Bool in
+                defer { s.stdoutFailed = true }
+                return !s.stdoutFailed
+            }
+            if first { report("write error: \(describe(error))") }
+        }
+    }
+
+    func absolute(_ path: FilePath) -> FilePath {
         path.isAbsolute ? path : cwd.pushing(path)
+    }
+
+    /// A directory made for `source` outside the walk (--parents): its mode
+    /// (and with -p its other attributes) set at the end, with the others.
+    func madeDirectory(_ path: FilePath, for source: FilePath) {
+        guard let status = try? FileStatus.of(source, followingSymlinks: true) else { return }
+        let mode = settings.defaultModes.contains(.mode) ? 0o777 & ~umask : status.permissions & 0o777 & ~umask
+        state.withLock { $0.directories.append((path, status, source, mode)) }
     }
 
     // MARK: - the walk
 
-    func copy(_ pairs: [(FilePath, FilePath)]) async {
+    /// A source named on the command line, where it goes, and whether a symlink there is followed.
+    struct Operand: Sendable {
+        let source: FilePath
+        let destination: FilePath
+        let follow: Bool
+    }
+
+    func copy(_ operands: [Operand]) async {
         await withTaskGroup(of: Void.self) { group in
             var running = 0
-            for (source, destination) in pairs {
-                if Task.isCancelled { break }
-                await copyItem(source, to: destination, topLevel: true, inNewDirectory: false, group: &group, running: &running)
+            for operand in operands {
+                if Task.isCancelled {
+                    state.withLock { $0.interrupted = true }
+                    break
+                }
+                await copyItem(operand.source, to: operand.destination, follow: operand.follow, inNewDirectory: false,
+                               group: &group, running: &running)
             }
             await group.waitForAll()
         }
-        if Task.isCancelled { state.withLock { $0.interrupted = true } }
+        // A signal that came once every copy was done (a file renamed into
+        // place) interrupted nothing: `interrupted` says only what was cut short.
         // Directory modes and times last, deepest first: adding entries changes a directory's mtime.
         let directories = state.withLock { $0.directories }
-        for (path, source, mode) in directories.reversed() {
-            if settings.preserve {
-                do throws(Errno) { try FS.preserve(source, on: path) } catch {
+        for (path, source, sourcePath, mode) in directories.reversed() {
+            if !settings.preserve.contains(.mode) && FS.chmod(path, mode) != 0 {
+                reportError("cannot set permissions of", path, Errno(rawValue: errno))
+            }
+            if !settings.preserve.isEmpty {
+                do throws(Errno) { try FS.preserve(source, from: sourcePath, on: path, settings.preserve) } catch {
                     reportError("cannot preserve attributes of", path, error)
                 }
-            } else if FS.chmod(path, mode) != 0 {
-                reportError("cannot set permissions of", path, Errno(rawValue: errno))
             }
         }
     }
@@ -113,14 +132,31 @@ final class Copier: Sendable {
     /// - Parameter inNewDirectory: the destination's directory was made by
     ///   this run, so nothing can be at `destination` (an exclusive create
     ///   still catches a race): no need to look.
-    private func copyItem(_ source: FilePath, to destination: FilePath, topLevel: Bool, inNewDirectory: Bool,
+    /// - Parameter follow: a symlink at `source` is followed (-L, -H on the
+    ///   command line, and without -R or -P).
+    private func copyItem(_ source: FilePath, to destination: FilePath, follow: Bool, inNewDirectory: Bool,
                           group: inout TaskGroup<Void>, running: inout Int) async {
-        // Without -r, a symlink on the command line is followed (cp's default).
         let status: FileStatus
         do throws(Errno) {
-            status = try FileStatus.of(source, followingSymlinks: topLevel && !settings.recursive)
+            status = try FileStatus.of(source, followingSymlinks: follow)
         } catch {
             return reportError("cannot stat", source, error)
+        }
+        if status.kind != .directory {
+            // -l, -s: a link in place of a copy.
+            if settings.link != .none {
+                return makeLink(source, status, to: destination, inNewDirectory: inNewDirectory, follow: follow)
+            }
+            // --preserve=links: a second name of a file already copied is linked to its copy.
+            // (A file reached through a followed symlink may be reached again by its own name.)
+            if settings.preserve.contains(.links) && (status.links > 1 || follow) {
+                let first = state.withLock { s -> FilePath? in
+                    if let first = s.copies[status.identity] { return first }
+                    s.copies[status.identity] = destination
+                    return nil
+                }
+                if let first { return linkToCopy(first, source, to: destination, inNewDirectory: inNewDirectory) }
+            }
         }
         switch status.kind {
         case .directory:
@@ -131,7 +167,9 @@ final class Copier: Sendable {
             copySymlink(source, status, to: destination, inNewDirectory: inNewDirectory)
         case .regular:
             guard let plan = plan(source, status, to: destination, inNewDirectory: inNewDirectory) else { return }
-            if status.size <= Int64(IO.smallFileLimit) {
+            // A file with other names (-a, -d) is copied before its second name is linked to the copy.
+            let linked = settings.preserve.contains(.links) && (status.links > 1 || follow)
+            if status.size <= Int64(IO.smallFileLimit) && !linked {
                 while running >= settings.jobs {
                     await group.next()
                     running -= 1
@@ -142,7 +180,7 @@ final class Copier: Sendable {
                 await copyFile(source, status, plan)
             }
         case .fifo, .characterDevice, .blockDevice, .socket, .other:
-            if settings.recursive {
+            if settings.recursive && !settings.copyContents {
                 copySpecial(source, status, to: destination, inNewDirectory: inNewDirectory)
             } else if let plan = plan(source, status, to: destination, inNewDirectory: inNewDirectory) {
                 await copyFile(source, status, plan)  // cp copies the contents: read until EOF
@@ -152,9 +190,14 @@ final class Copier: Sendable {
 
     private func copyDirectory(_ source: FilePath, _ status: FileStatus, to destination: FilePath, inNewDirectory: Bool,
                                group: inout TaskGroup<Void>, running: inout Int) async {
-        let existing: FileStatus?
+        var existing: FileStatus?
         do throws(Errno) {
-            existing = inNewDirectory ? nil : try FileStatus.ifPresent(destination, followingSymlinks: true)
+            existing = inNewDirectory ? nil : try FileStatus.ifPresent(destination, followingSymlinks: false)
+            // A symlink to a directory is followed only with --keep-directory-symlink.
+            if existing?.kind == .symlink && settings.keepDirectorySymlink,
+               let followed = try FileStatus.ifPresent(destination, followingSymlinks: true), followed.kind == .directory {
+                existing = followed
+            }
         } catch {
             return reportError("cannot stat", destination, error)
         }
@@ -169,22 +212,32 @@ final class Copier: Sendable {
             }
         }
         if existing == nil {
-            // Owner rwx while the contents go in; the real mode is set at the end.
-            if FS.mkdir(destination, status.permissions | 0o700) != 0 {
+            // Owner-only while the contents go in (nobody else may enter or
+            // write it meanwhile, as cp); the real mode is set at the end.
+            if FS.mkdir(destination, 0o700) != 0 {
                 return reportError("cannot create directory", destination, Errno(rawValue: errno))
             }
             announce(source, destination)
-            state.withLock { $0.directories.append((destination, status, status.permissions & ~umask)) }
-        } else if settings.preserve {
-            state.withLock { $0.directories.append((destination, status, status.permissions)) }
+            // Without -p, cp gives a new directory the source's permission bits
+            // less the umask, not its setuid, setgid or sticky bits; a setgid
+            // bit the directory inherited from its parent stays.
+            let inherited = (try? FileStatus.of(destination, followingSymlinks: false).permissions) ?? 0
+            let mode = settings.defaultModes.contains(.mode) ? 0o777 & ~umask
+                : (status.permissions & 0o777 & ~umask) | (inherited & S_ISGID)
+            state.withLock { $0.directories.append((destination, status, source, mode)) }
+        } else if !settings.preserve.isEmpty {
+            state.withLock { $0.directories.append((destination, status, source, existing!.permissions)) }
         }
         let names: [FilePath.Component]
         do throws(Errno) { names = try FS.entries(of: source) } catch {
             return reportError("cannot access", source, error)
         }
         for name in names {
-            if Task.isCancelled { return }
-            await copyItem(joined(source, name), to: joined(destination, name), topLevel: false,
+            if Task.isCancelled {
+                state.withLock { $0.interrupted = true }
+                return
+            }
+            await copyItem(joined(source, name), to: joined(destination, name), follow: settings.dereference == .always,
                            inNewDirectory: existing == nil, group: &group, running: &running)
         }
     }
@@ -200,6 +253,20 @@ final class Copier: Sendable {
             if existing.kind == .directory {
                 return report("cannot overwrite directory '\(destination)' with non-directory")
             }
+            // The link would replace the very file it names (`cp -d link target`): a loop, the data lost.
+            if existing.kind != .symlink, let named = try? FileStatus.of(source, followingSymlinks: true),
+               named.isSameFile(as: existing) {
+                guard settings.backup != .none else {
+                    return report("'\(source)' and '\(destination)' are the same file")
+                }
+                if FS.rename(destination, backupName(for: destination)) != 0 {
+                    return reportError("cannot backup", destination, Errno(rawValue: errno))
+                }
+            }
+            // --attributes-only never replaces a file's data (its data is no attribute) but for --remove-destination.
+            if settings.attributesOnly && !settings.removeDestination {
+                return report("cannot create symbolic link '\(destination)': File exists")
+            }
         }
         // A new link beside the old one, renamed over it: never a moment without either.
         let path = existing == nil ? destination : FS.temporaryName(beside: destination)
@@ -211,8 +278,11 @@ final class Copier: Sendable {
             _ = FS.unlink(path)
             return reportError("cannot create symbolic link", destination, error)
         }
-        if settings.preserve {
-            do throws(Errno) { try FS.preserve(status, on: destination, isSymlink: true) } catch {
+        if let made = try? FileStatus.of(destination, followingSymlinks: false), made.kind == .symlink {
+            state.withLock { _ = $0.createdLinks.insert(made.identity) }
+        }
+        if !settings.preserve.isEmpty {
+            do throws(Errno) { try FS.preserve(status, on: destination, settings.preserve, isSymlink: true) } catch {
                 reportError("cannot preserve attributes of", destination, error)
             }
         }
@@ -231,230 +301,12 @@ final class Copier: Sendable {
         let rc = status.kind == .fifo ? FS.mkfifo(destination, status.permissions)
             : FS.mknod(destination, status.mode, dev_t(status.rawDevice))
         if rc != 0 { return reportError("cannot create special file", destination, Errno(rawValue: errno)) }
-        if settings.preserve {
-            do throws(Errno) { try FS.preserve(status, on: destination) } catch {
+        if !settings.preserve.isEmpty {
+            do throws(Errno) { try FS.preserve(status, from: source, on: destination, settings.preserve) } catch {
                 reportError("cannot preserve attributes of", destination, error)
             }
         }
         announce(source, destination)
-    }
-
-    // MARK: - regular files
-
-    /// Where and how a file's bytes go.
-    struct Plan: Sendable {
-        /// The path the new contents end up at (a symlink destination resolved).
-        let destination: FilePath
-        /// The destination as the user named it, for messages.
-        let shownDestination: FilePath
-        let existing: FileStatus?
-        /// The new file's exact mode.
-        let mode: mode_t
-    }
-
-    /// cp's checks before a file copy; nil (with a message, or silently for
-    /// -n) when the file must not be copied.
-    private func plan(_ source: FilePath, _ status: FileStatus, to destination: FilePath, inNewDirectory: Bool) -> Plan? {
-        var target = destination
-        var existing: FileStatus?
-        do throws(Errno) {
-            existing = inNewDirectory ? nil : try FileStatus.ifPresent(destination, followingSymlinks: false)
-            if let link = existing, link.kind == .symlink {
-                // cp writes through a symlink; so do we, by replacing its target.
-                guard let resolved = FS.realPath(destination),
-                      let status = try FileStatus.ifPresent(resolved, followingSymlinks: true) else {
-                    report("not writing through dangling symlink '\(destination)'")
-                    return nil
-                }
-                target = resolved
-                existing = status
-            }
-        } catch {
-            reportError("cannot stat", destination, error)
-            return nil
-        }
-        if let existing {
-            if existing.kind == .directory {
-                report("cannot overwrite directory '\(destination)' with non-directory")
-                return nil
-            }
-            if existing.isSameFile(as: status) {
-                report("'\(source)' and '\(destination)' are the same file")
-                return nil
-            }
-            if settings.noClobber { return nil }
-            if existing.kind == .regular && !settings.force && FS.access(target, W_OK) != 0 {
-                reportError("cannot create regular file", destination, Errno(rawValue: errno))
-                return nil
-            }
-        }
-        // cp: a new file gets the source's mode less the umask; an existing one keeps its mode.
-        let mode = settings.preserve ? status.permissions
-            : existing.map { $0.permissions } ?? (status.permissions & 0o777 & ~umask)
-        return Plan(destination: target, shownDestination: destination, existing: existing, mode: mode)
-    }
-
-    private func copyFile(_ source: FilePath, _ status: FileStatus, _ plan: Plan) async {
-        let copied: Bool
-        if status.kind == .regular && status.size > Int64(IO.smallFileLimit) {
-            copied = await copyLarge(source, status, plan)
-        } else {
-            copied = await copySmall(source, status, plan)
-        }
-        guard copied else { return }
-        if settings.preserve {
-            do throws(Errno) { try FS.preserve(status, on: plan.destination) } catch {
-                reportError("cannot preserve attributes of", plan.shownDestination, error)
-            }
-        }
-        announce(source, plan.shownDestination)
-        progress?.fileDone()
-        if settings.verify { await verify(source, plan.destination, shown: plan.shownDestination) }
-    }
-
-    /// Through `IO.copyFile`: one batch of opens, one linked chain.
-    private func copySmall(_ source: FilePath, _ status: FileStatus, _ plan: Plan) async -> Bool {
-        let replace = plan.existing != nil
-        var atomically = replace && !settings.inPlace && plan.existing?.kind == .regular
-        while true {
-            let options = IO.CopyOptions(atomically: atomically, exclusive: !replace,
-                                         permissions: FilePermissions(rawValue: plan.mode))
-            do throws(Errno) {
-                let bytes = try await IO.copyFile(from: absolute(source), to: absolute(plan.destination),
-                                                  options: options)
-                progress?.add(Int(bytes))
-                break
-            } catch where atomically && (error == .permissionDenied || error == .notPermitted)
-                            && FS.access(source, R_OK) == 0 {
-                // No temporary file in that directory, but the file itself is writable: as cp, in place.
-                atomically = false
-            } catch {
-                if FS.access(source, R_OK) != 0 {
-                    report("cannot open '\(source)' for reading: \(describe(error))")
-                } else {
-                    reportError(isWriteError(error) ? "error writing" : "cannot create regular file", plan.shownDestination, error)
-                }
-                return false
-            }
-        }
-        // The kernel applied the umask at creation; the exact mode where it differs.
-        if !settings.preserve && (plan.mode & ~umask) != plan.mode && (atomically || !replace) {
-            _ = FS.chmod(plan.destination, plan.mode)
-        }
-        if atomically, let existing = plan.existing { keepOwner(of: existing, on: plan.destination) }
-        return true
-    }
-
-    /// A replaced file keeps its owner and group, as cp's in-place write does
-    /// (where the process may give them; otherwise it owns the new file).
-    private func keepOwner(of existing: FileStatus, on path: FilePath, fd: Int32? = nil) {
-        guard existing.uid != geteuid() || existing.gid != getegid() else { return }
-        if let fd { _ = fchown(fd, existing.uid, existing.gid) } else { _ = FS.chown(path, existing.uid, existing.gid) }
-    }
-
-    /// Through two random channels, into a temporary file when one exists already.
-    private func copyLarge(_ source: FilePath, _ status: FileStatus, _ plan: Plan) async -> Bool {
-        let input = FS.open(source, O_RDONLY | O_CLOEXEC | O_NOCTTY)
-        if input < 0 {
-            reportError("cannot open", source, Errno(rawValue: errno))
-            return false
-        }
-        defer { close(input) }
-        var info = stat()
-        fstat(input, &info)
-        let size = Int64(info.st_size)
-        var useTemporary = plan.existing != nil && !settings.inPlace
-        var path = useTemporary ? FS.temporaryName(beside: plan.destination) : plan.destination
-        var created = useTemporary || plan.existing == nil
-        // Direct writes merge a partial last block: they need to read it.
-        let access = settings.direct ? O_RDWR : O_WRONLY
-        var output = FS.open(path, access | O_CREAT | O_CLOEXEC | O_NOCTTY | (created ? O_EXCL : O_TRUNC), plan.mode)
-        if output < 0 && useTemporary && (errno == EACCES || errno == EPERM) {
-            // No temporary file in that directory, but the file itself is writable: as cp, in place.
-            (useTemporary, created, path) = (false, false, plan.destination)
-            output = FS.open(path, access | O_CREAT | O_CLOEXEC | O_NOCTTY | O_TRUNC, plan.mode)
-        }
-        if output < 0 {
-            reportError("cannot create regular file", plan.shownDestination, Errno(rawValue: errno))
-            return false
-        }
-        if useTemporary, let existing = plan.existing { keepOwner(of: existing, on: path, fd: output) }
-        var closed = false
-        func abandon(_ what: String, _ shown: FilePath, _ error: Errno) -> Bool {
-            if !closed { close(output) }
-            if created { _ = FS.unlink(path) }
-            reportError(what, shown, error)
-            return false
-        }
-        if created && fchmod(output, plan.mode) != 0 {
-            return abandon("cannot set permissions of", plan.shownDestination, Errno(rawValue: errno))
-        }
-        // The size first: holes stay holes, and the file system sees the whole extent at once.
-        if ftruncate(output, off_t(size)) != 0 {
-            return abandon("error writing", plan.shownDestination, Errno(rawValue: errno))
-        }
-        let regions = dataRegions(of: FileDescriptor(rawValue: input), size: size, mayBeSparse: FileStatus(info).mayBeSparse)
-        var endedAt: Int64?
-        var method = settings.direct ? .channels : settings.method
-        if method == .kernel {
-            let moved = Counter()
-            let ticker = progress.map { bar in Task { await bar.runTicker() } }
-            do throws(IO.CopyRangesError) {
-                // 4 lanes of 1 MiB pipes: measured best here (2 or 8 lanes no better; 4 MiB pipes 2× slower).
-                endedAt = try await IO.copyRanges(regions, from: FileDescriptor(rawValue: input),
-                                                  to: FileDescriptor(rawValue: output)) { [progress] n in
-                    moved.add(n)
-                    progress?.add(n)
-                }
-            } catch where moved.value == 0 && [.invalidArgument, .notSupported, .noFunction].contains(error.errno) {
-                method = .channels  // a file system that cannot splice: the channels can
-            } catch {
-                ticker?.cancel()
-                return error.side == .read ? abandon("error reading", source, error.errno)
-                    : abandon("error writing", plan.shownDestination, error.errno)
-            }
-            ticker?.cancel()
-        }
-        if method == .channels {
-            // A random channel's offsets count from the fd's position when it
-            // is made (as in dispatch I/O); SEEK_DATA/SEEK_HOLE moved it.
-            lseek(input, 0, SEEK_SET)
-            let copy = ChannelCopy(source: FileDescriptor(rawValue: input), destination: FileDescriptor(rawValue: output),
-                                   regions: regions, progress: progress, direct: settings.direct)
-            do throws(CopyFailure) {
-                try await copy.run()
-            } catch {
-                return error.side == .read ? abandon("error reading", source, error.errno)
-                    : abandon("error writing", plan.shownDestination, error.errno)
-            }
-            endedAt = copy.endedAt
-        }
-        if let end = endedAt, ftruncate(output, off_t(end)) != 0 {
-            return abandon("error writing", plan.shownDestination, Errno(rawValue: errno))
-        }
-        closed = true
-        if close(output) != 0 {
-            return abandon("error writing", plan.shownDestination, Errno(rawValue: errno))
-        }
-        if useTemporary && FS.rename(path, plan.destination) != 0 {
-            return abandon("cannot create regular file", plan.shownDestination, Errno(rawValue: errno))
-        }
-        return true
-    }
-
-    private func verify(_ source: FilePath, _ destination: FilePath, shown: FilePath) async {
-        do throws(CopyFailure) {
-            switch try await Verify.compare(source, destination) {
-            case .same:
-                break
-            case .differentSize(let a, let b):
-                report("verify: '\(source)' has \(a) bytes, '\(shown)' has \(b)")
-            case .differentAt(let offset):
-                report("verify: '\(source)' and '\(shown)' differ at byte \(offset)")
-            }
-        } catch {
-            reportError("verify: cannot read", source, error.errno)
-        }
     }
 
     // MARK: - sizes, for the progress bar
@@ -485,7 +337,7 @@ final class Counter: Sendable {
     var value: Int { count.withLock { $0 } }
 }
 
-private func isWriteError(_ error: Errno) -> Bool {
+func isWriteError(_ error: Errno) -> Bool {
     [.noSpace, .diskQuotaExceeded, .fileTooLarge, .ioError, .readOnlyFileSystem].contains(error)
 }
 
@@ -500,16 +352,20 @@ func describe(_ error: Errno) -> String {
     String(cString: strerror(error.rawValue))
 }
 
-func writeLine(_ fd: Int32, _ line: String) { writeAll(fd, line + "\n") }
+@discardableResult
+func writeLine(_ fd: Int32, _ line: String) -> Bool { writeAll(fd, line + "\n") }
 
 /// All of `text` to `fd` (short writes continued, EINTR retried; given up on an error).
-func writeAll(_ fd: Int32, _ text: String) {
+/// - Returns: whether every byte was written.
+@discardableResult
+func writeAll(_ fd: Int32, _ text: String) -> Bool {
     let bytes = Array(text.utf8)
     var offset = 0
     while offset < bytes.count {
         let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
         if n < 0 && errno == EINTR { continue }
-        if n <= 0 { return }
+        if n <= 0 { return false }
         offset += n
     }
+    return true
 }

@@ -19,6 +19,8 @@ struct FileStatus: Sendable {
     let uid: uid_t
     let gid: gid_t
     let rawDevice: UInt64
+    /// Its names (hard links).
+    let links: UInt64
     let accessTime: timespec
     let modificationTime: timespec
 
@@ -41,6 +43,7 @@ struct FileStatus: Sendable {
         uid = s.st_uid
         gid = s.st_gid
         rawDevice = UInt64(s.st_rdev)
+        links = UInt64(s.st_nlink)
         accessTime = s.st_atim
         modificationTime = s.st_mtim
     }
@@ -49,6 +52,8 @@ struct FileStatus: Sendable {
     var permissions: mode_t { mode & 0o7777 }
 
     func isSameFile(as other: FileStatus) -> Bool { device == other.device && inode == other.inode }
+
+    var identity: FileIdentity { FileIdentity(device: device, inode: inode) }
 
     /// Fewer blocks than the size needs: the file may have holes.
     var mayBeSparse: Bool { kind == .regular && blocks * 512 < size }
@@ -69,6 +74,12 @@ struct FileStatus: Sendable {
             return nil
         }
     }
+}
+
+/// A file's device and inode: which file it is, whatever its names.
+struct FileIdentity: Hashable, Sendable {
+    let device: UInt64
+    let inode: UInt64
 }
 
 /// The system calls ringcp makes outside the copy path: metadata, directory
@@ -112,19 +123,74 @@ enum FS {
         return FilePath(platformString: resolved)
     }
 
-    /// Mode, ownership (where permitted) and timestamps of `status`, on `path`.
-    /// An ownership change the process may not make is skipped, as `cp -p` does.
-    static func preserve(_ status: FileStatus, on path: FilePath, isSymlink: Bool = false) throws(Errno) {
+    /// The attributes `what` names, from `status` (and, for ACLs and
+    /// extended attributes, the file at `source`), on `path`.
+    /// As `cp -p`: an ownership change the process may not make is skipped,
+    /// but the group is still kept where the process may give it (a group
+    /// the user belongs to), and then the setuid, setgid and sticky bits are
+    /// not: they would now apply to another owner or group. ACLs (the
+    /// `system.posix_acl_*` attributes) come with the mode; the other
+    /// extended attributes with `.xattr` (where the file system takes them).
+    static func preserve(_ status: FileStatus, from source: FilePath? = nil, on path: FilePath, _ what: Preserve,
+                         isSymlink: Bool = false) throws(Errno) {
         let flags = isSymlink ? AT_SYMLINK_NOFOLLOW : 0
         let failure = path.withPlatformString { p -> Errno? in
-            if fchownat(AT_FDCWD, p, status.uid, status.gid, flags) != 0 && errno != EPERM {
-                return Errno(rawValue: errno)
+            var mode = status.permissions
+            if what.contains(.ownership) && fchownat(AT_FDCWD, p, status.uid, status.gid, flags) != 0 {
+                guard errno == EPERM || errno == EINVAL else { return Errno(rawValue: errno) }
+                _ = fchownat(AT_FDCWD, p, uid_t.max, status.gid, flags)  // -1: the owner as it is
+                mode &= ~(S_ISUID | S_ISGID | S_ISVTX)
             }
-            if !isSymlink && Glibc.chmod(p, status.permissions) != 0 { return Errno(rawValue: errno) }
+            if what.contains(.mode) && !isSymlink && Glibc.chmod(p, mode) != 0 { return Errno(rawValue: errno) }
+            if let source, what.contains(.mode) || what.contains(.xattr), !isSymlink {
+                if let error = copyAttributes(from: source, to: p, acls: what.contains(.mode),
+                                              others: what.contains(.xattr)) { return error }
+            }
+            guard what.contains(.timestamps) else { return nil }
             var times = [status.accessTime, status.modificationTime]
             return utimensat(AT_FDCWD, p, &times, flags) != 0 ? Errno(rawValue: errno) : nil
         }
         if let failure { throw failure }
+    }
+
+    // <sys/xattr.h> is not in the Glibc module: the C library's functions, looked up once.
+    private typealias ListXattr = @convention(c) (UnsafePointer<CChar>?, UnsafeMutablePointer<CChar>?, Int) -> Int
+    private typealias GetXattr = @convention(c) (UnsafePointer<CChar>?, UnsafePointer<CChar>?, UnsafeMutableRawPointer?, Int) -> Int
+    private typealias SetXattr = @convention(c) (UnsafePointer<CChar>?, UnsafePointer<CChar>?, UnsafeRawPointer?, Int, Int32) -> Int32
+    private static func symbol<T>(_ name: String, as type: T.Type) -> T? {
+        guard let pointer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), name) else { return nil }  // RTLD_DEFAULT
+        return unsafeBitCast(pointer, to: type)
+    }
+    private static let listxattr = symbol("listxattr", as: ListXattr.self)
+    private static let getxattr = symbol("getxattr", as: GetXattr.self)
+    private static let setxattr = symbol("setxattr", as: SetXattr.self)
+
+    /// The extended attributes of `source` set on `target`: the ACLs
+    /// (`system.posix_acl_access`, `_default`), the others, or both. A file
+    /// system that has none or takes none is no error.
+    private static func copyAttributes(from source: FilePath, to target: UnsafePointer<CChar>, acls: Bool,
+                                       others: Bool) -> Errno? {
+        guard let listxattr, let getxattr, let setxattr else { return nil }
+        return source.withPlatformString { s -> Errno? in
+            let size = listxattr(s, nil, 0)
+            if size <= 0 { return nil }
+            var names = [CChar](repeating: 0, count: size)
+            let listed = listxattr(s, &names, size)
+            if listed <= 0 { return nil }
+            var value = [UInt8](repeating: 0, count: 64 << 10)
+            for name in names[0..<listed].split(separator: 0) {
+                let text = String(decoding: name.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                let isACL = text.hasPrefix("system.posix_acl_")
+                guard isACL ? acls : others, text != "security.selinux" else { continue }
+                let terminated = Array(name) + [0]
+                let n = getxattr(s, terminated, &value, value.count)
+                if n < 0 { continue }
+                if setxattr(target, terminated, value, n, 0) != 0 && errno != ENOTSUP && errno != EPERM {
+                    return Errno(rawValue: errno)
+                }
+            }
+            return nil
+        }
     }
 
     static func temporaryName(beside path: FilePath) -> FilePath {
@@ -148,6 +214,9 @@ enum FS {
     }
     static func symlink(_ target: FilePath, _ path: FilePath) -> Int32 {
         target.withPlatformString { t in path.withPlatformString { Glibc.symlink(t, $0) } }
+    }
+    static func link(_ existing: FilePath, _ new: FilePath) -> Int32 {
+        existing.withPlatformString { e in new.withPlatformString { Glibc.link(e, $0) } }
     }
     static func rename(_ old: FilePath, _ new: FilePath) -> Int32 {
         old.withPlatformString { o in new.withPlatformString { Glibc.rename(o, $0) } }

@@ -5,7 +5,6 @@ import Musl
 #endif
 import RingIO
 import SystemPackage
-import Synchronization
 
 /// `--verify`: both files read again through channels, chunk by chunk, and
 /// compared. (What comes back is what the kernel has, most likely from its
@@ -29,9 +28,11 @@ enum Verify {
         fstat(b, &sb)
         if sa.st_size != sb.st_size { return .differentSize(Int64(sa.st_size), Int64(sb.st_size)) }
         let queue = IOQueue(label: "ringcp.verify")
-        let closed = AsyncLatch(count: 2)
-        let left = IOChannel(kind: .random, fileDescriptor: FileDescriptor(rawValue: a), queue: queue) { _ in closed.arrive() }
-        let right = IOChannel(kind: .random, fileDescriptor: FileDescriptor(rawValue: b), queue: queue) { _ in closed.arrive() }
+        let closed = IOGroup()
+        closed.enter()
+        closed.enter()
+        let left = IOChannel(kind: .random, fileDescriptor: FileDescriptor(rawValue: a), queue: queue) { _ in closed.leave() }
+        let right = IOChannel(kind: .random, fileDescriptor: FileDescriptor(rawValue: b), queue: queue) { _ in closed.leave() }
         let outcome: Result<Outcome, CopyFailure>
         do throws(CopyFailure) {
             outcome = .success(try await compare(left, right))
@@ -40,7 +41,7 @@ enum Verify {
         }
         left.close(stop: true)
         right.close(stop: true)
-        await closed.wait()  // the fds are closed only after both channels let go of them
+        await closed.done()  // the fds are closed only after both channels let go of them
         return try outcome.get()
     }
 
@@ -77,37 +78,5 @@ enum Verify {
             index += 1
         }
         return nil
-    }
-}
-
-/// Waits for `count` arrivals (the channels' cleanups).
-final class AsyncLatch: Sendable {
-    private struct State {
-        var count: Int
-        var waiter: CheckedContinuation<Void, Never>?
-    }
-    private let state: Mutex<State>
-
-    init(count: Int) { state = Mutex(State(count: count)) }
-
-    func arrive() {
-        let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
-            s.count -= 1
-            guard s.count == 0 else { return nil }
-            defer { s.waiter = nil }
-            return s.waiter
-        }
-        waiter?.resume()
-    }
-
-    func wait() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let now = state.withLock { s -> Bool in
-                if s.count <= 0 { return true }
-                s.waiter = continuation
-                return false
-            }
-            if now { continuation.resume() }
-        }
     }
 }

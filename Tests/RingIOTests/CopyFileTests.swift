@@ -67,7 +67,7 @@ struct CopyFileTests {
         try writeFile(dir.file("src"), randomBytes(size, seed: 7))
         try writeFile(dir.file("dst"), Array("keep me".utf8))
         for atomically in [false, true] {
-            await #expect(throws: Errno.fileExists) {
+            await expectCopyError(.fileExists, side: .destination) {
                 try await IO.copyFile(from: FilePath(dir.file("src")), to: FilePath(dir.file("dst")),
                                       options: .init(atomically: atomically, exclusive: true), engine: engine)
             }
@@ -81,22 +81,45 @@ struct CopyFileTests {
         let engine = try makeEngine(backend)
         let dir = TemporaryDirectory()
         try writeFile(dir.file("src"), [1, 2, 3])
-        await #expect(throws: Errno.noSuchFileOrDirectory) {
+        await expectCopyError(.noSuchFileOrDirectory, side: .source) {
             try await IO.copyFile(from: FilePath(dir.file("missing")), to: FilePath(dir.file("x")), options: .init(), engine: engine)
         }
-        await #expect(throws: Errno.isDirectory) {
+        await expectCopyError(.isDirectory, side: .source) {
             try await IO.copyFile(from: FilePath(dir.path), to: FilePath(dir.file("x")), options: .init(), engine: engine)
         }
         for atomically in [false, true] {
-            await #expect(throws: Errno.noSuchFileOrDirectory) {
+            await expectCopyError(.noSuchFileOrDirectory, side: .destination) {
                 try await IO.copyFile(from: FilePath(dir.file("src")), to: FilePath(dir.file("nodir/x")),
                                       options: .init(atomically: atomically), engine: engine)
             }
         }
-        await #expect(throws: Errno.invalidArgument) {
+        await expectCopyError(.invalidArgument, side: .source) {
             try await IO.copyFile(from: "", to: FilePath(dir.file("x")), options: .init(), engine: engine)
         }
         #expect(Self.leftovers(dir.path, keeping: ["src"]) == [])
+    }
+
+    @Test("a copy onto its own source (the same path, a hard link, a symlink to it) is refused and leaves it whole",
+          arguments: allBackends, [100, 3 << 20])
+    func ontoItself(backend: IOEngine.Backend, size: Int) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let bytes = randomBytes(size, seed: 17)
+        try writeFile(dir.file("f"), bytes)
+        #expect(link(dir.file("f"), dir.file("hard")) == 0)
+        #expect(symlink(dir.file("f"), dir.file("soft")) == 0)
+        for name in ["f", "hard", "soft"] {
+            for options in [IO.CopyOptions(), IO.CopyOptions(atomically: true)] {
+                let error = await #expect(throws: IOError.self) {
+                    try await IO.copyFile(from: FilePath(dir.file("f")), to: FilePath(dir.file(name)),
+                                          options: options, engine: engine)
+                }
+                #expect(error?.operation == .copyOntoSource && error?.side == .destination && error?.errno == .invalidArgument,
+                        "\(name), \(options): \(String(describing: error))")
+                #expect(try readFile(dir.file("f")) == bytes, "\(name), \(options): the source changed")
+            }
+        }
+        #expect(Self.leftovers(dir.path, keeping: ["f", "hard", "soft"]) == [])
     }
 
     @Test("many small copies at once share the ring and all arrive", arguments: allBackends)
@@ -130,7 +153,7 @@ struct CopyFileTests {
         try writeFile(mountPoint + "/filler", [UInt8](repeating: 1, count: 960 << 10))
         try writeFile(mountPoint + "/dst", Array("old".utf8))
         try writeFile(dir.file("src"), randomBytes(size, seed: 3))
-        await #expect(throws: Errno.noSpace) {
+        await expectCopyError(.noSpace, side: .destination) {
             try await IO.copyFile(from: FilePath(dir.file("src")), to: FilePath(mountPoint + "/dst"),
                                   options: .init(atomically: true), engine: engine)
         }
@@ -162,6 +185,39 @@ struct CopyFileTests {
         #expect(try readFile(dir.file("dst")) == expected)
     }
 
+    @Test("copyFileRange copies the ranges in the kernel (holes stay), ends early on a short source, and says .copy where the files cannot be copied so")
+    func copyFileRange() async throws {
+        let dir = TemporaryDirectory()
+        let size = 9 << 20 + 123
+        let bytes = randomBytes(size, seed: 13)
+        try writeFile(dir.file("src"), bytes)
+        try writeFile(dir.file("dst"), [])
+        let input = try openFile(dir.file("src"), .readOnly)
+        let output = try openFile(dir.file("dst"))
+        defer { try? input.close(); try? output.close() }
+        #expect(ftruncate(output.rawValue, off_t(size)) == 0)
+        let ranges: [Range<Int64>] = [0..<(3 << 20), (5 << 20)..<Int64(size)]
+        let moved = Locked(0)
+        let ended = try await IO.copyFileRange(ranges, from: input, to: output, chunk: 1 << 20) { n in
+            moved.withLock { $0 += n }
+        }
+        #expect(ended == nil)
+        #expect(moved.withLock { $0 } == ranges.reduce(0) { $0 + Int($1.count) })
+        var expected = bytes
+        for i in (3 << 20)..<(5 << 20) { expected[i] = 0 }
+        #expect(try readFile(dir.file("dst")) == expected)
+        // Past the source's end: it ended there.
+        #expect(try await IO.copyFileRange([Int64(size)..<Int64(size + 4096)], from: input, to: output) == Int64(size))
+        // A pipe cannot be copied so: nothing copied, the caller is told to use another way.
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        defer { close(fds[0]); close(fds[1]) }
+        let error = await #expect(throws: IOError.self) {
+            try await IO.copyFileRange([0..<4096], from: input, to: FileDescriptor(rawValue: fds[1]))
+        }
+        #expect(error?.operation == .copy, "\(String(describing: error))")
+    }
+
     @Test("copyRanges: a source shorter than the ranges ends early; a write error names the write side", arguments: allBackends)
     func copyRangesErrors(backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)
@@ -176,8 +232,16 @@ struct CopyFileTests {
         #expect(try readFile(dir.file("dst")) == randomBytes(1_500_000, seed: 12))
         let readOnly = try openFile(dir.file("dst"), .readOnly)
         defer { try? readOnly.close() }
-        await #expect(throws: IO.CopyRangesError(side: .write, errno: .badFileDescriptor)) {
+        await #expect(throws: IOError(.write, path: nil, side: .destination, errno: .badFileDescriptor)) {
             try await IO.copyRanges([0..<1_000_000], from: input, to: readOnly, engine: engine)
         }
     }
+}
+
+/// `body` throws an `IOError` with `errno` (and `side`, when given).
+func expectCopyError(_ errno: Errno, side: IOError.Side? = nil, sourceLocation: SourceLocation = #_sourceLocation,
+                     _ body: () async throws -> Void) async {
+    let error = await #expect(throws: IOError.self, sourceLocation: sourceLocation) { try await body() }
+    #expect(error?.errno == errno, "\(String(describing: error))", sourceLocation: sourceLocation)
+    if let side { #expect(error?.side == side, "\(String(describing: error))", sourceLocation: sourceLocation) }
 }

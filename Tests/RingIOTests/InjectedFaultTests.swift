@@ -272,7 +272,7 @@ struct InjectedFaultTests {
         channel.close()
 
         engine.faults.add(.init(target: .writes, fault: .fail(EIO), skip: 1, times: 1))
-        await #expect(throws: Errno.ioError) {
+        await expectCopyError(.ioError, side: .destination) {
             try await IO.copyFile(from: FilePath(dir.file("f")), to: FilePath(dir.file("copy")), engine: engine)
         }
         let old = randomBytes(500, seed: 21)

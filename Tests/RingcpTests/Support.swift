@@ -25,6 +25,8 @@ let bothBackends = Backend.allCases
 enum RunAs: Sendable {
     case current
     case nobody
+    /// `nobody`, also in this supplementary group.
+    case nobodyInGroup(gid_t)
 }
 
 let nobodyID: uid_t = 65534
@@ -79,14 +81,17 @@ final class Child {
 
     /// - Parameter terminal: run it on a pseudo-terminal (through script(1)),
     ///   whose output comes back as stdout.
+    /// - Parameter shell: `arguments` are /bin/sh's (a script that runs
+    ///   ringcp, given as `$0`), not ringcp's.
     init(_ arguments: [String], in directory: String, backend: Backend, umask: mode_t? = nil,
-         as user: RunAs = .current, terminal: Bool = false) throws {
+         as user: RunAs = .current, terminal: Bool = false, shell: Bool = false,
+         environment extra: [String: String] = [:]) throws {
         guard !ringcpPath.isEmpty else {
             throw TestFailure("the ringcp binary is not beside the test executable; build with `swift build --build-tests`")
         }
         self.arguments = arguments
         self.backend = backend
-        var environment = ProcessInfo.processInfo.environment
+        var environment = ProcessInfo.processInfo.environment.merging(extra) { $1 }
         switch backend {
         case .ioUring:
             // No RINGIO_QUIET: the fallback line, if any, tells the run it was not on io_uring.
@@ -96,7 +101,7 @@ final class Child {
             environment["RINGIO_BACKEND"] = "threadpool"
             environment["RINGIO_QUIET"] = "1"
         }
-        var executable = ringcpPath
+        var executable = shell ? "/bin/sh" : ringcpPath
         var argv = arguments
         if let umask {
             argv = ["-c", "umask \(String(umask, radix: 8)) && exec \"$0\" \"$@\"", executable] + argv
@@ -107,8 +112,14 @@ final class Child {
             argv = ["-qec", command.joined(separator: " "), "/dev/null"]
             executable = "/usr/bin/script"
         }
-        if user == .nobody {
+        switch user {
+        case .current:
+            break
+        case .nobody:
             argv = ["--reuid=\(nobodyID)", "--regid=\(nobodyID)", "--clear-groups", "--", executable] + argv
+            executable = "/usr/bin/setpriv"
+        case .nobodyInGroup(let group):
+            argv = ["--reuid=\(nobodyID)", "--regid=\(nobodyID)", "--groups=\(group)", "--", executable] + argv
             executable = "/usr/bin/setpriv"
         }
         process.executableURL = URL(fileURLWithPath: executable)

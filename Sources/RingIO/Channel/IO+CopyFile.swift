@@ -86,9 +86,9 @@ extension IO {
     /// with the source's permission bits), reading ahead at most two chunks
     /// while up to four are being written.
     ///
-    /// - Throws: `EINVAL` for an empty path; the open, read or write error.
+    /// - Throws: an `IOError` (see `copyFile(from:to:options:engine:)`).
     public static func copyFile(from source: FilePath, to destination: FilePath,
-                                engine: IOEngine = .shared) async throws(Errno) {
+                                engine: IOEngine = .shared) async throws(IOError) {
         try await copyFile(from: source, to: destination, options: CopyOptions(), engine: engine)
     }
 
@@ -103,20 +103,32 @@ extension IO {
     /// and a short write (a full disk) stream through two channels with two
     /// chunks read ahead and up to four writes outstanding.
     ///
+    /// The destination is compared with the source (device and inode)
+    /// before anything is truncated: a copy onto the source itself, or onto
+    /// a hard link or symlink to it, is refused (`EINVAL`, operation
+    /// `.copyOntoSource`) and leaves the file as it was.
+    ///
     /// - Returns: the number of bytes copied.
-    /// - Throws: `EINVAL` for an empty path, `EISDIR` for a directory,
-    ///   `EEXIST` when `exclusive` finds the destination; the stat, open,
-    ///   read, write, close or rename error; `ECANCELED` when the task is
-    ///   cancelled. With `atomically` (or `exclusive`), a failed copy removes
-    ///   the file it created.
+    /// - Throws: an `IOError` naming the operation, the path and the side
+    ///   (`.source` or `.destination`) with the errno: `EINVAL` for an
+    ///   empty path or the same file on both sides, `EISDIR` for a
+    ///   directory, `EEXIST` when `exclusive` finds the destination; the
+    ///   stat, open, read, write, close or rename error; `ECANCELED` when the
+    ///   task is cancelled. With `atomically` (or `exclusive`), a failed copy
+    ///   removes the file it created. Match it by errno: `catch Errno.noSpace`.
     @discardableResult
     public static func copyFile(from source: FilePath, to destination: FilePath, options: CopyOptions,
-                                engine: IOEngine = .shared) async throws(Errno) -> Int64 {
+                                engine: IOEngine = .shared) async throws(IOError) -> Int64 {
         // Relative paths are resolved against the current directory now; an empty one is EINVAL.
-        let source = try absolute(source).get(), destination = try absolute(destination).get()
+        let source = try absolute(source).mapError { IOError(.openForReading, path: source, side: .source, errno: $0) }.get()
+        let destination = try absolute(destination).mapError {
+            IOError(.openForWriting, path: destination, side: .destination, errno: $0)
+        }.get()
         var target = destination
         if options.atomically {
-            guard let temporary = temporaryPath(beside: destination) else { throw Errno.invalidArgument }
+            guard let temporary = temporaryPath(beside: destination) else {
+                throw IOError(.create, path: destination, side: .destination, errno: .invalidArgument)
+            }
             target = temporary
         }
         let created = options.atomically || options.exclusive
@@ -138,11 +150,15 @@ extension IO {
             // Both files are closed (and the new one removed): again, by the general path.
             pair = try await PathRequest.openPair(engine: engine, paths, permissions: options.permissions, createNew: created)
         }
-        do throws(Errno) {
-            let bytes = try await streamCopy(from: pair.input, to: pair.output, engine: engine)
+        do throws(IOError) {
+            let bytes = try await streamCopy(from: pair.input, to: pair.output, paths, engine: engine)
             if options.atomically {
-                try await PathRequest.rename(engine: engine, from: target, to: destination,
-                                             noReplace: options.exclusive)
+                do throws(Errno) {
+                    try await PathRequest.rename(engine: engine, from: target, to: destination,
+                                                 noReplace: options.exclusive)
+                } catch {
+                    throw IOError(.rename, path: destination, side: .destination, errno: error)
+                }
             }
             return bytes
         } catch {
@@ -153,8 +169,8 @@ extension IO {
 
     /// The channel copy: two chunks read ahead, up to four writes outstanding.
     /// Closes `input` and `output` when done, whatever happens.
-    private static func streamCopy(from input: Int32, to output: Int32,
-                                   engine: IOEngine) async throws(Errno) -> Int64 {
+    private static func streamCopy(from input: Int32, to output: Int32, _ paths: PathRequest.Paths,
+                                   engine: IOEngine) async throws(IOError) -> Int64 {
         let writer = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: output), queue: .global,
                                engine: engine) { _ in _ = close(output) }
         defer { writer.close() }
@@ -165,21 +181,28 @@ extension IO {
         // chunks read ahead: about 6 MiB in buffers, whatever the file size.
         let window = WriteWindow(limit: 4)
         var total: Int64 = 0
-        do throws(Errno) {
-            for try await chunk in reader.chunks() {
-                try await window.acquire()
-                total += Int64(chunk.count)
-                writer.core.submit(direction: .write, offset: 0, length: chunk.count, data: chunk, queue: writer.core.queue,
-                                   options: OperationOptions(inline: true)) { done, _, error in
-                    if done { window.release(error) }
-                }
+        var chunks = reader.chunks().makeAsyncIterator()
+        while true {
+            let next: DataChunk?
+            do throws(Errno) { next = try await chunks.next() } catch {
+                await window.drain()
+                throw IOError(.read, path: paths.source, side: .source, errno: error)
             }
-        } catch {
-            await window.drain()
-            throw error
+            guard let chunk = next else { break }
+            do throws(Errno) { try await window.acquire() } catch {
+                await window.drain()
+                throw IOError(.write, path: paths.shownDestination, side: .destination, errno: error)
+            }
+            total += Int64(chunk.count)
+            writer.core.submit(direction: .write, offset: 0, length: chunk.count, data: chunk, queue: writer.core.queue,
+                               options: OperationOptions(inline: true)) { done, _, error in
+                if done { window.release(error) }
+            }
         }
         await window.drain()
-        if let error = window.firstError { throw error }
+        if let error = window.firstError {
+            throw IOError(.write, path: paths.shownDestination, side: .destination, errno: error)
+        }
         return total
     }
 }
@@ -189,12 +212,19 @@ struct FileInfo: Sendable {
     var kind: FileKind
     var mode: UInt32
     var size: Int64
+    /// Which file it is: its device and inode.
+    var device: UInt64
+    var inode: UInt64
 
     init(_ stx: cliburing_statx_t) {
         kind = FileKind(mode: mode_t(stx.stx_mode))
         mode = UInt32(stx.stx_mode)
         size = Int64(stx.stx_size)
+        device = UInt64(stx.stx_dev_major) << 32 | UInt64(stx.stx_dev_minor)
+        inode = UInt64(stx.stx_ino)
     }
+
+    func isSameFile(as other: FileInfo) -> Bool { device == other.device && inode == other.inode }
 }
 
 /// One-shot path requests through the engine, awaited.
@@ -205,6 +235,9 @@ enum PathRequest {
         let target: FilePath
         /// Where `target` is renamed to at the end; nil: no rename.
         let destination: FilePath?
+
+        /// The destination the caller named, for errors.
+        var shownDestination: FilePath { destination ?? target }
     }
 
     struct Pair {
@@ -214,51 +247,101 @@ enum PathRequest {
     }
 
     /// The source's stat and both files open. With `permissions` and
-    /// `createNew`, all three requests go in one batch (a target we create
+    /// `createNew`, all the requests go in one batch (a target we create
     /// may be removed again if the source turns out to be a directory);
-    /// otherwise the stat comes first, so that nothing is truncated for a
-    /// source that cannot be copied. `completion` runs on the engine's thread.
+    /// otherwise the stat comes first, so that nothing is created for a
+    /// source that cannot be copied. The target is never opened with
+    /// `O_TRUNC`: a destination that exists is compared with the source
+    /// (device and inode, through both open files) and truncated only if it
+    /// is another file; with a rename at the end, the destination path is
+    /// stat'ed in the same batch and compared. `completion` runs on the
+    /// engine's thread or on `IOQueue.global`.
     static func openPair(engine: IOEngine, _ paths: Paths, permissions: FilePermissions?, createNew: Bool,
-                         _ completion: @escaping @Sendable (Result<Pair, Errno>) -> Void) {
-        let memory = RequestMemory(paths: [paths.source, paths.target], statx: true)
-        let statx = IORequest.Operation.statx(directory: AT_FDCWD, path: memory.paths[0], flags: 0,
-                                              mask: UInt32(STATX_TYPE | STATX_MODE | STATX_SIZE), buffer: memory.statx!)
-        let targetFlags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | (createNew ? O_EXCL : O_TRUNC)
+                         _ completion: @escaping @Sendable (Result<Pair, IOError>) -> Void) {
+        let memory = RequestMemory(paths: [paths.source, paths.target] + (paths.destination.map { [$0] } ?? []),
+                                   statx: true)
+        let mask = UInt32(STATX_TYPE | STATX_MODE | STATX_SIZE | STATX_INO)
+        let statSource = IORequest.Operation.statx(directory: AT_FDCWD, path: memory.paths[0], flags: 0,
+                                                   mask: mask, buffer: memory.statx!)
+        // The final destination, followed as the rename will not: a symlink to the source is the source.
+        let statDestination: [IORequest.Operation] = paths.destination == nil ? [] : [
+            .statx(directory: AT_FDCWD, path: memory.paths[2], flags: 0, mask: mask, buffer: memory.statx! + 1),
+        ]
+        let targetFlags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | (createNew ? O_EXCL : 0)
+        let shown = paths.shownDestination
+        let sameFile = IOError(.copyOntoSource, path: shown, side: .destination, errno: .invalidArgument)
+        /// `results`: the source's statx, its open, the target's open, then the destination's statx if any.
         @Sendable func finish(_ results: [Int32]) {
             let (input, output) = (results[1], results[2])
-            // The statx buffer holds something only when the statx succeeded.
+            // The statx buffers hold something only when the statx succeeded.
             let info = results[0] >= 0 ? FileInfo(memory.statx!.pointee) : nil
-            var failure = results.first { $0 < 0 }
-            if failure == nil && info?.kind == .directory { failure = -EISDIR }
+            var failure: IOError?
+            if let index = results.prefix(3).firstIndex(where: { $0 < 0 }) {
+                let errno = Errno(rawValue: -results[index])
+                failure = switch index {
+                case 0: IOError(.stat, path: paths.source, side: .source, errno: errno)
+                case 1: IOError(.openForReading, path: paths.source, side: .source, errno: errno)
+                default: IOError(createNew ? .create : .openForWriting, path: shown, side: .destination, errno: errno)
+                }
+            } else if info?.kind == .directory {
+                failure = IOError(.openForReading, path: paths.source, side: .source, errno: .isDirectory)
+            } else if results.count > 3 && results[3] >= 0, let info,
+                      FileInfo((memory.statx! + 1).pointee).isSameFile(as: info) {
+                failure = sameFile
+            }
             if let failure {
                 return cleanUp([input, output].filter { $0 >= 0 }, removing: output >= 0 && createNew ? paths.target : nil) {
-                    completion(.failure(Errno(rawValue: -failure)))
+                    completion(.failure(failure))
                 }
             }
-            completion(.success(Pair(info: info!, input: input, output: output)))
+            let pair = Pair(info: info!, input: input, output: output)
+            if createNew { return completion(.success(pair)) }
+            // An existing file: which one is it? Then truncated, off the engine's thread.
+            IOQueue.global.async {
+                var a = stat(), b = stat()
+                var failure: IOError?
+                if fstat(input, &a) != 0 || fstat(output, &b) != 0 {
+                    failure = IOError(.stat, path: shown, side: .destination, errno: Errno(rawValue: errno))
+                } else if a.st_dev == b.st_dev && a.st_ino == b.st_ino {
+                    failure = sameFile
+                } else if b.st_mode & S_IFMT == S_IFREG && ftruncate(output, 0) != 0 {
+                    failure = IOError(.write, path: shown, side: .destination, errno: Errno(rawValue: errno))
+                }
+                if let failure {
+                    close(input)
+                    close(output)
+                    return completion(.failure(failure))
+                }
+                completion(.success(pair))
+            }
         }
+        let openSource = IORequest.Operation.openat(directory: AT_FDCWD, path: memory.paths[0],
+                                                    flags: O_RDONLY | O_CLOEXEC | O_NOCTTY, mode: 0)
         if let permissions, createNew {
-            memory.submit(engine: engine, [
-                statx,
-                .openat(directory: AT_FDCWD, path: memory.paths[0], flags: O_RDONLY | O_CLOEXEC | O_NOCTTY, mode: 0),
-                .openat(directory: AT_FDCWD, path: memory.paths[1], flags: targetFlags, mode: UInt32(permissions.rawValue)),
-            ], linked: false, mayBlock: true, finish)
+            let requests = [statSource, openSource,
+                            .openat(directory: AT_FDCWD, path: memory.paths[1], flags: targetFlags,
+                                    mode: UInt32(permissions.rawValue))] + statDestination
+            memory.submit(engine: engine, requests, linked: false, mayBlock: true, finish)
             return
         }
-        memory.submit(engine: engine, [statx], linked: false) { stat in
-            if stat[0] < 0 { return completion(.failure(Errno(rawValue: -stat[0]))) }
+        memory.submit(engine: engine, [statSource] + statDestination, linked: false) { stat in
+            if stat[0] < 0 {
+                return completion(.failure(IOError(.stat, path: paths.source, side: .source, errno: Errno(rawValue: -stat[0]))))
+            }
             let info = FileInfo(memory.statx!.pointee)
-            if info.kind == .directory { return completion(.failure(.isDirectory)) }
+            if info.kind == .directory {
+                return completion(.failure(IOError(.openForReading, path: paths.source, side: .source, errno: .isDirectory)))
+            }
             let mode = permissions?.rawValue ?? CModeT(info.mode & 0o7777)
             memory.submit(engine: engine, [
                 .openat(directory: AT_FDCWD, path: memory.paths[0], flags: O_RDONLY | O_CLOEXEC | O_NOCTTY, mode: 0),
                 .openat(directory: AT_FDCWD, path: memory.paths[1], flags: targetFlags, mode: UInt32(mode)),
-            ], linked: false, mayBlock: true) { opened in finish(stat + opened) }
+            ], linked: false, mayBlock: true) { opened in finish([stat[0]] + opened + stat.dropFirst()) }
         }
     }
 
     static func openPair(engine: IOEngine, _ paths: Paths, permissions: FilePermissions?,
-                         createNew: Bool) async throws(Errno) -> Pair {
+                         createNew: Bool) async throws(IOError) -> Pair {
         let result = await withUnsafeContinuation { continuation in
             openPair(engine: engine, paths, permissions: permissions, createNew: createNew) {
                 continuation.resume(returning: $0)
@@ -311,7 +394,8 @@ final class RequestMemory: @unchecked Sendable {
                 return pointer
             }
         }
-        self.statx = statx ? .allocate(capacity: 1) : nil
+        // Two: a copy stats its source and its destination in one batch.
+        self.statx = statx ? .allocate(capacity: 2) : nil
         self.buffer = bufferSize.map { .allocate(byteCount: Swift.max($0, 1), alignment: 4096) }
     }
 
@@ -357,97 +441,5 @@ private final class Gather: Sendable {
             return s.left == 0 ? s.results : nil
         }
         if let finished { completion(finished) }
-    }
-}
-
-/// The small-file path of `IO.copyFile`: the stat and both opens in one
-/// batch, then, for a small regular file, one linked chain that reads it
-/// whole, writes it, closes both and renames the new file into place. Each
-/// step is submitted from the previous one's completion, on the engine's
-/// thread; the caller hears once, at the end.
-struct SmallFileCopy: Sendable {
-    enum Outcome: Sendable {
-        case copied(Int64)
-        case failed(Errno)
-        /// Not a small regular file: both are open, for the general path.
-        case notSmall(PathRequest.Pair)
-        /// A short read (the source shrank since its stat) or a short write
-        /// (the disk filled): both files are closed, nothing is left behind
-        /// (when the copy created its file), and the caller copies again by
-        /// the general path.
-        case changed
-    }
-
-    let paths: PathRequest.Paths
-    let permissions: FilePermissions?
-    let createNew: Bool
-    let noReplace: Bool
-    let engine: IOEngine
-    let completion: @Sendable (Outcome) -> Void
-
-    func start() {
-        PathRequest.openPair(engine: engine, paths, permissions: permissions, createNew: createNew) { result in
-            switch result {
-            case .failure(let error):
-                completion(.failed(error))
-            case .success(let pair):
-                if pair.info.kind == .regular && pair.info.size == 0 {
-                    probe(pair.input, pair.output)
-                } else if pair.info.kind == .regular && pair.info.size <= Int64(IO.smallFileLimit) {
-                    copy(pair.input, pair.output, size: Int(pair.info.size))
-                } else {
-                    completion(.notSmall(pair))
-                }
-            }
-        }
-    }
-
-    /// A file whose stat says 0 bytes may still have some (procfs does
-    /// that): one read of up to `smallFileLimit` finds out; the rest as for
-    /// any small file, or the general path if the read fills the buffer.
-    private func probe(_ input: Int32, _ output: Int32) {
-        let memory = RequestMemory(paths: [], bufferSize: IO.smallFileLimit)
-        memory.submit(engine: engine, [.read(fd: input, buffer: memory.buffer!, offset: 0)],
-                      linked: false, mayBlock: true) { [self] results in
-            let n = results[0]
-            if n >= 0 && n < IO.smallFileLimit { return copy(input, output, size: Int(n), readFrom: memory) }
-            PathRequest.cleanUp([input, output], removing: createNew ? paths.target : nil) { [completion] in
-                completion(n < 0 ? .failed(Errno(rawValue: -n)) : .changed)
-            }
-        }
-    }
-
-    /// - Parameter readFrom: the bytes, already read (by `probe`); nil: the chain reads them.
-    private func copy(_ input: Int32, _ output: Int32, size: Int, readFrom: RequestMemory? = nil) {
-        let memory = RequestMemory(paths: [paths.target] + (paths.destination.map { [$0] } ?? []),
-                                   bufferSize: readFrom == nil ? size : nil, keeping: readFrom)
-        let buffer = readFrom?.buffer ?? memory.buffer!
-        var chain: [IORequest.Operation] = []
-        if readFrom == nil {
-            chain.append(.read(fd: input, buffer: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]), offset: 0))
-        }
-        chain += [
-            .write(fd: output, buffer: UnsafeRawBufferPointer(rebasing: buffer[0..<size]), offset: 0),
-            .close(fd: input),
-            .close(fd: output),
-        ]
-        if paths.destination != nil {
-            chain.append(.renameat(oldDirectory: AT_FDCWD, oldPath: memory.paths[0], newDirectory: AT_FDCWD,
-                                   newPath: memory.paths[1], flags: noReplace ? UInt32(RENAME_NOREPLACE) : 0))
-        }
-        memory.submit(engine: engine, chain, linked: true) { [paths, createNew, completion] chainResults in
-            // As if the read were part of the chain.
-            let results = readFrom == nil ? chainResults : [Int32(size)] + chainResults
-            if results.allSatisfy({ $0 >= 0 }) && results[0] == size && results[1] == size {
-                return completion(.copied(Int64(size)))
-            }
-            // The chain broke: what was cancelled did not run.
-            let open = [(results[2], input), (results[3], output)].filter { $0.0 == -ECANCELED }.map(\.1)
-            let short = (results[0] >= 0 && results[0] < size) || (results[1] >= 0 && results[1] < size)
-            let failure = results.first { $0 < 0 && $0 != -ECANCELED } ?? -EIO
-            PathRequest.cleanUp(open, removing: createNew ? paths.target : nil) {
-                completion(short ? .changed : .failed(Errno(rawValue: -failure)))
-            }
-        }
     }
 }

@@ -69,6 +69,10 @@ public struct IOError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let setAttributes = Operation("set attributes of")
         /// Closing a file.
         public static let close = Operation("close")
+        /// Copying onto the source itself (the same file by another name:
+        /// a hard link, a symlink to it): refused before anything is
+        /// truncated, with `EINVAL`.
+        public static let copyOntoSource = Operation("copy onto", ", the same file as the source")
     }
 
     /// Which file of a copy the error concerns.

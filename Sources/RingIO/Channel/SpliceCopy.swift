@@ -207,14 +207,6 @@ final class SpliceCopy: Sendable {
 }
 
 extension IO {
-    /// Why `IO.copyRanges` failed: the source's side (a read) or the
-    /// destination's (a write), and the error.
-    public struct CopyRangesError: Error, Sendable, Equatable {
-        public enum Side: Sendable, Equatable { case read, write }
-        public let side: Side
-        public let errno: Errno
-    }
-
     /// Copies `ranges` of `source` to the same offsets in `destination`
     /// inside the kernel: each chunk (a pipe's capacity, 1 MiB where
     /// allowed) is spliced from the source into a pipe, which takes page
@@ -232,24 +224,28 @@ extension IO {
     ///
     /// - Returns: where the source ended, if it ended before the last range
     ///   did (it shrank under the copy); `nil` otherwise.
-    /// - Throws: the side and error of the first failed splice; `ECANCELED`
-    ///   (on the read side) when the task is cancelled, once the chunks in
-    ///   flight are done.
+    /// - Throws: an `IOError` for the first failed splice: `.read` on the
+    ///   `.source` side or `.write` on the `.destination` side, with its
+    ///   errno (no path: the files are given as descriptors); `ECANCELED`
+    ///   (a `.read` on the source side) when the task is cancelled, once the
+    ///   chunks in flight are done; `.copy` with no side when the pipes
+    ///   cannot be made (`EMFILE`, `ENFILE`).
     @discardableResult
     public static func copyRanges(_ ranges: [Range<Int64>], from source: FileDescriptor, to destination: FileDescriptor,
                                   lanes: Int = 4, pipeSize: Int = 1 << 20, engine: IOEngine = .shared,
-                                  progress: @escaping @Sendable (Int) -> Void = { _ in }) async throws(CopyRangesError) -> Int64? {
+                                  progress: @escaping @Sendable (Int) -> Void = { _ in }) async throws(IOError) -> Int64? {
         let copy: SpliceCopy
         do {
             copy = try SpliceCopy(source: source.rawValue, destination: destination.rawValue, regions: ranges,
                                   lanes: lanes, pipeSize: pipeSize, engine: engine, progress: progress)
         } catch {
-            throw CopyRangesError(side: .read, errno: error)
+            throw IOError(.copy, path: nil, errno: error)
         }
         do {
             try await copy.run()
         } catch {
-            throw CopyRangesError(side: error.side == .read ? .read : .write, errno: error.errno)
+            throw error.side == .read ? IOError(.read, path: nil, side: .source, errno: error.errno)
+                : IOError(.write, path: nil, side: .destination, errno: error.errno)
         }
         return copy.endedAt
     }
