@@ -124,13 +124,13 @@ struct BlockedPoolTests {
         #expect(r.bytes == Array(content[0..<1000]))
         #expect(wrong.load(ordering: .relaxed) == 0)
         // Measured on a shared 2-core machine, debug build, beside other tests:
-        // io_uring 0.7–1.5 s after the fix; before it the other read timed out
+        // io_uring 0.7–3.5 s after the fix; before it the other read timed out
         // after 10 s and the reads took 40 s to end (each cancel rebuilt the
         // whole backlog). Thread pool: 0.02 s.
         print("stop with \(count) queued (\(backend)): close \(closeSeconds) s, other read \(otherSeconds) s, all ended \(allSeconds) s")
-        #expect(closeSeconds < 3.0 * slack, "close(stop: true) itself took \(closeSeconds) s")
-        #expect(otherSeconds < 3.0 * slack, "another channel's read waited \(otherSeconds) s behind the stop")
-        #expect(allSeconds < 10.0 * slack, "ending 40,000 queued reads took \(allSeconds) s")
+        #expect(closeSeconds < 5.0 * slack, "close(stop: true) itself took \(closeSeconds) s")
+        #expect(otherSeconds < 5.0 * slack, "another channel's read waited \(otherSeconds) s behind the stop")
+        #expect(allSeconds < 15.0 * slack, "ending 40,000 queued reads took \(allSeconds) s")
         other.close()
     }
 }
