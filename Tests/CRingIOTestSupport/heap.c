@@ -15,3 +15,7 @@ unsigned long ringio_test_heap_in_use(void) {
     struct mallinfo2 info = mallinfo2();
     return (unsigned long)(info.uordblks + info.hblkhd);
 }
+
+int ringio_test_under_sanitizer(void) {
+    return __sanitizer_get_current_allocated_bytes != 0;
+}

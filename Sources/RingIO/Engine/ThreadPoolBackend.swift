@@ -50,6 +50,10 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
     private var blockingQueue = TicketQueue<IORequest>()
     private var threads = 0
     private var idle = 0
+    /// Idle workers signalled and not yet awake: each is spoken for by one
+    /// request. (Counting them keeps a second request from relying on the
+    /// same wake-up: that worker may take the first, a pipe read, and block.)
+    private var wakeups = 0
     /// Workers running a blocking request now.
     private var blockedWorkers = 0
     private var stopping = false
@@ -123,7 +127,8 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
         } else {
             request.backlogTicket = queue.append(request)
         }
-        if idle > 0 {
+        if idle > wakeups {
+            wakeups += 1
             lock.signal()
         } else if blocking ? blockedWorkers < Self.maximumBlockingThreads
                            : threads - blockedWorkers < Self.maximumThreads {
@@ -238,6 +243,10 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
             let deadline = monotonicNanoseconds() + Self.idleNanoseconds
             let signalled = lock.wait(untilNanoseconds: deadline)
             idle -= 1
+            // This worker was the one signalled (or, rarely, another was and
+            // will find the request taken); never more reserved than idle.
+            if signalled && wakeups > 0 { wakeups -= 1 }
+            wakeups = Swift.min(wakeups, idle)
             if !signalled && queue.isEmpty && blockingQueue.isEmpty && threads > Self.minimumThreads {
                 threads -= 1
                 lock.unlock()

@@ -135,6 +135,12 @@ public final class IOQueue: Sendable {
     /// earlier item of a serial queue), as libdispatch does, so no worker thread
     /// is held while the caller waits.
     ///
+    /// On a serial queue, ownership passes straight from one `sync` caller to
+    /// the next; a caller that waits behind async items no worker has started
+    /// runs them itself, in order, before `work` (see `IOQueue+Serial.swift`).
+    /// So `sync` never waits for a free pool worker: a pool whose workers all
+    /// wait in `sync` cannot deadlock on itself.
+    ///
     /// - Precondition: the caller is not running on this serial queue (that
     ///   would wait for itself forever).
     ///

@@ -11,4 +11,7 @@ int ringio_test_refuse_io_uring_setup(int error);
 /// Bytes of the C heap in use (malloc's arenas and its mmapped blocks), for leak checks.
 unsigned long ringio_test_heap_in_use(void);
 
+/// Whether this process runs under AddressSanitizer or ThreadSanitizer (for timing bounds).
+int ringio_test_under_sanitizer(void);
+
 #endif
