@@ -72,8 +72,8 @@ struct OperationOptions: Sendable {
 // @unchecked: the `let`s are immutable; every `var` is read and written only
 // with `lock` held, except `entry`, `channelBase` and `lane`, written once by
 // the channel before the operation is enqueued and only read afterwards, and
-// `pipelineBase` and `pipelineResult`, which belong to the entry's lock.
-final class ChannelOperation: @unchecked Sendable {
+// `ticket`, which belongs to the entry's lock.
+final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
     enum Direction { case read, write }
 
     /// A stream write on a regular file (not `O_APPEND`) that goes out as one
@@ -128,14 +128,13 @@ final class ChannelOperation: @unchecked Sendable {
     var entry: FDEntry?
     var channelBase: Int64 = 0
     var lane: Int = 0
+    /// The entry's scheduling state of this operation: read and written only
+    /// under the entry's lock (`EntryScheduler`).
+    var ticket = SchedulerTicket()
     /// A stream write started while earlier writes of its lane still run:
     /// the offset the entry assigned it (where the earlier ones will end).
-    /// Written by the entry, under its lock, before `start()`.
-    var pipelineBase: Int64?
-    /// How a pipelined write ended: read and written only under the entry's lock.
-    var pipelineResult: (succeeded: Bool, endPosition: Int64)?
-    /// The entry ran this operation alone (`needsExclusiveRun`); entry's lock.
-    var ranExclusive = false
+    /// Copied from the ticket by `start()`, under the operation's lock.
+    private var pipelineBase: Int64?
 
     private enum End {
         case complete, endOfFile, failed(Errno)
@@ -183,6 +182,9 @@ final class ChannelOperation: @unchecked Sendable {
     private var stopped = false
     private var ioDone = false
     private var positional = false
+    /// A stream operation on a file read the position it starts at (and
+    /// moves it when it ends).
+    private var positionTaken = false
     private var inFlightLimit = 1
     private var requestSize = IOChannel.chunkSize
     /// Where the I/O range starts in the file.
@@ -262,7 +264,9 @@ final class ChannelOperation: @unchecked Sendable {
         guard let entry else { return }
         var requests: [IORequest] = []
         var finishNow = false
+        let assignedBase = isStream ? entry.pipelineBase(of: self) : nil
         lock.lock()
+        pipelineBase = assignedBase
         started = true
         if stopped {
             end = .failed(.canceled)
@@ -279,9 +283,15 @@ final class ChannelOperation: @unchecked Sendable {
                 if overflow || sum < 0 { end = .failed(.invalidArgument) } else { fileBase = sum }
             } else if let pipelineBase {
                 fileBase = pipelineBase
+                positionTaken = true
             } else if positional {
                 let position = lseek(entry.fd, 0, SEEK_CUR)
-                if position < 0 { end = .failed(Errno(rawValue: cliburing_errno())) } else { fileBase = Int64(position) }
+                if position < 0 {
+                    end = .failed(Errno(rawValue: cliburing_errno()))
+                } else {
+                    fileBase = Int64(position)
+                    positionTaken = true
+                }
             }
             ioLength = length
             userEnd = length
@@ -711,10 +721,12 @@ final class ChannelOperation: @unchecked Sendable {
             }
         }
         guard pipelined, let entry else {
-            deliverFinal(override: nil)
-            if isStream && positional && ranOnEntry, let entry {
+            // The position first: the last handler call may read it, or hand
+            // the fd on (SEMANTICS.md, "Kinds").
+            if isStream && positional && ranOnEntry && positionTaken, let entry {
                 _ = lseek(entry.fd, off_t(endPosition), SEEK_SET)
             }
+            deliverFinal(override: nil)
             // The last call is queued before the next operation may start, so
             // that on one serial queue the operations' handlers run in order.
             if ranOnEntry { entry?.operationFinishedIO(self) }
