@@ -201,6 +201,9 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
     /// A direct write read a block past the end of file: the length the
     /// file must have afterwards.
     private var restoreLength: Int64?
+    /// A read cut at the largest file offset (`limitToLargestOffsetLocked`):
+    /// it ends there as at the end of the file.
+    private var cutAtLargestOffset = false
     /// A direct write with partial blocks: the file's length when it started
     /// (a block wholly past it needs no read).
     private var lengthAtStart: Int64 = .max
@@ -305,6 +308,13 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
                     if direction == .read && inFlightLimit > 1 { inFlightLimit = Self.maxDirectInFlight }
                 } else if settings.directIO == .required {
                     end = .failed(.invalidArgument)
+                }
+                if end == nil && positional { limitToLargestOffsetLocked() }
+                if end == nil && entry.writeOnly && needsBlockReadLocked() {
+                    // The read-modify-write cannot read the block back: fail
+                    // before any byte is written, so that all of them are
+                    // truly unwritten.
+                    end = .failed(.badFileDescriptor)
                 }
             }
             if end == nil {
@@ -441,6 +451,25 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
         return request
     }
 
+    /// With the lock held, at start: a range that reaches past the largest
+    /// file offset (`Int64.max`). A read is cut there: it ends at the end of
+    /// the file, which no file has beyond it. A write fails with `EINVAL`
+    /// before any byte is written, as `pwrite` does when the offset plus the
+    /// length overflows.
+    private func limitToLargestOffsetLocked() {
+        let room = Int64.max - fileBase  // fileBase >= 0: no overflow
+        guard Int64(ioLength) > room else { return }
+        switch direction {
+        case .read:
+            let limit = Int(room)
+            ioLength = direct.map { limit / $0.offset * $0.offset } ?? limit
+            cutAtLargestOffset = true
+            if ioLength == 0 { end = .endOfFile }
+        case .write:
+            end = .failed(.invalidArgument)
+        }
+    }
+
     // MARK: - direct I/O
 
     /// With the lock held, at start: rounds the range out to `alignment`.
@@ -461,6 +490,16 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
             var st = stat()
             if fstat(entry.fd, &st) == 0 { lengthAtStart = Int64(st.st_size) }
         }
+    }
+
+    /// With the lock held, at start: a direct write has a partial block
+    /// inside the file, which must be read for a read-modify-write.
+    private func needsBlockReadLocked() -> Bool {
+        guard direction == .write, let direct else { return false }
+        let a = direct.offset
+        let head = ioHead != 0 && fileBase < lengthAtStart
+        let tail = userEnd != ioLength && fileBase &+ Int64(ioLength - a) < lengthAtStart
+        return head || tail
     }
 
     /// With the lock held: the size of the next slot. A direct write's
@@ -646,6 +685,8 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
         if end == nil {
             if transferred == length {
                 end = .complete
+            } else if cutAtLargestOffset && slots.isEmpty && issued >= ioLength {
+                end = .endOfFile
             } else if options.endAfterFirstBytes && !positional && transferred > 0 {
                 end = .complete
             } else if stopped && inFlight == 0 {
