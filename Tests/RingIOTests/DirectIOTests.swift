@@ -355,4 +355,29 @@ struct RegistrationTests {
             #expect(after.filesRegistered == 3, "a freed slot was not reused: \(after)")
         }
     }
+
+    @Test("a direct write on a write-only fd whose range needs a read-modify-write fails before writing: no byte it reports unwritten changed",
+          arguments: allBackends)
+    func writeOnlyUnalignedChangesNothing(backend: IOEngine.Backend) throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let path = dir.file("write-only")
+        let content = randomBytes(5 * 4096, seed: 19)
+        try writeFile(path, content)
+        let queue = IOQueue(label: "write-only")
+        for (offset, count) in [(100, 3 * 4096), (4096, 4096 + 10), (100, 1000), (4000, 200)] {
+            let channel = try IOChannel(kind: .random, path: FilePath(path), mode: .writeOnly, queue: queue,
+                                        engine: engine)
+            channel.setDirectIO(.required)
+            let recorder = Recorder(queue: queue)
+            channel.write(offset: Int64(offset), data: DataChunk([UInt8](repeating: 0xEE, count: count)),
+                          queue: queue, handler: recorder.handler)
+            #expect(recorder.wait())
+            let last = recorder.calls.last
+            #expect(last?.done == true && last?.error == .badFileDescriptor && last?.data?.count == count,
+                    "offset \(offset), \(count) bytes: \(recorder.shapes)")
+            channel.close()
+            #expect(try readFile(path) == content, "offset \(offset), \(count) bytes changed the file")
+        }
+    }
 }

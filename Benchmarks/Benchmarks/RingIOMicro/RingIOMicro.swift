@@ -78,6 +78,39 @@ let benchmarks: @Sendable () -> Void = {
         print("RingIOMicro: cannot create \(path) (errno \(errno)): the read round trip is not measured")
     }
 
+    // 4 KiB stream writes queued at once on one stream channel (an append
+    // log), from the calls to the last handler; the file is emptied in a
+    // barrier after each batch of 1,000.
+    let logPath = "/tmp/ringio-micro-log-\(getpid()).bin"
+    let logFD = open(logPath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    if logFD >= 0 {
+        unlink(logPath)
+        let log = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: logFD), queue: IOQueue(label: "micro.log"))
+        let logQueue = IOQueue(label: "micro.log.handler")
+        let record = DataChunk([UInt8](repeating: 0xA5, count: 4096))
+        Benchmark("IOChannel_4KiB_stream_write_queued", configuration: .init(thresholds: allocations(within: 250))) { benchmark in
+            let group = IOGroup()
+            for _ in benchmark.scaledIterations {
+                group.enter()
+                log.write(data: record, queue: logQueue) { done, _, _ in
+                    if done { group.leave() }
+                }
+            }
+            group.wait()
+            benchmark.stopMeasurement()
+            let emptied = IOGroup()
+            emptied.enter()
+            log.barrier {
+                _ = ftruncate(logFD, 0)
+                _ = lseek(logFD, 0, SEEK_SET)
+                emptied.leave()
+            }
+            emptied.wait()
+        }
+    } else {
+        print("RingIOMicro: cannot create \(logPath) (errno \(errno)): the queued stream write is not measured")
+    }
+
     // DataChunk: concat and subrange allocate O(log regions) nodes at most.
     let piece = DataChunk(Array(repeating: UInt8(7), count: 16))
     var big = DataChunk.empty

@@ -45,7 +45,7 @@ final class Bench {
         self.fio = fio
         self.cold = cold
         offsets = randomOffsets(count: options.reads, size: options.size)
-        log = AppendLog(totalBytes: options.logBytes)
+        log = AppendLog(recordSize: options.logRecord, totalBytes: options.logBytes)
         cp = which("cp")
         timeout = max(60, Double(max(options.size, options.logBytes)) / Double(50 << 20))
         slowReads = min(options.reads, 20_000)

@@ -10,6 +10,7 @@ struct Options {
     var reads = 200_000
     var files = 2_000
     var logBytes = 256 << 20
+    var logRecord = 64 << 10
     var only: [String] = []
     var cold = false
     var ringcp: String? = nil
@@ -17,11 +18,14 @@ struct Options {
 
     static let usage = """
         usage: throughput [--size BYTES[K|M|G] (1G)] [--size-mib N] [--rounds N (5)] [--reads N (200000)]
-                          [--files N (2000)] [--log-size BYTES[K|M|G] (256M)] [--only WORD[,WORD...]]
+                          [--files N (2000)] [--log-size BYTES[K|M|G] (256M)]
+                          [--log-record BYTES[K|M] (64K)] [--only WORD[,WORD...]]
                           [--cold] [--ringcp PATH] [--dir DIR ($TMPDIR or /tmp)] [--out DIR (Benchmarks/results)]
           --only keeps the cases whose "workload/system" contains a word: workloads read, copy, random32,
                  random1, files, append; systems ringio, ringio-async, dispatchio, nio, nio-nbfio, plain,
                  cp, ringcp, fio
+          --log-record sets the append log's record size: --log-record 4K --log-size 4G queues
+                 1,000,000 records of 4 KiB at once
           --cold drops the page cache (sync; echo 3 > /proc/sys/vm/drop_caches) before each measurement
           --ringcp runs PATH -r SRC DST (files) and PATH SRC DST (copy) as the system "ringcp"
         """
@@ -40,6 +44,7 @@ struct Options {
                 case "--size": o.size = try bytes(value(option).get(), option)
                 case "--size-mib": o.size = try positive(value(option).get(), option) << 20
                 case "--log-size": o.logBytes = try bytes(value(option).get(), option)
+                case "--log-record": o.logRecord = try bytes(value(option).get(), option)
                 case "--dir": o.directory = try value(option).get()
                 case "--out": o.output = try value(option).get()
                 case "--rounds": o.rounds = try positive(value(option).get(), option)
@@ -63,7 +68,12 @@ struct Options {
         guard o.size >= 1 << 20, o.size % 4096 == 0 else {
             return .failure(Exit("throughput: --size must be at least 1 MiB and a multiple of 4 KiB", 2))
         }
-        guard o.logBytes >= 64 << 10 else { return .failure(Exit("throughput: --log-size must be at least 64 KiB", 2)) }
+        guard o.logRecord >= 16, o.logRecord <= 64 << 20 else {
+            return .failure(Exit("throughput: --log-record must be between 16 bytes and 64 MiB", 2))
+        }
+        guard o.logBytes >= o.logRecord else {
+            return .failure(Exit("throughput: --log-size must be at least one record (--log-record)", 2))
+        }
         return .success(o)
     }
 

@@ -48,7 +48,7 @@ enum Workload: String, CaseIterable, Sendable {
         case .random32: "Random 4 KiB reads, 32 in flight (reads/s)"
         case .random1: "Random 4 KiB reads, 1 in flight (reads/s)"
         case .files: "Small files copied (files/s)"
-        case .append: "64 KiB append log + fsync (GiB/s)"
+        case .append: "Append log + fsync (GiB/s)"
         }
     }
 }

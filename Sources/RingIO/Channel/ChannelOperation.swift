@@ -72,8 +72,9 @@ struct OperationOptions: Sendable {
 // @unchecked: the `let`s are immutable; every `var` is read and written only
 // with `lock` held, except `entry`, `channelBase` and `lane`, written once by
 // the channel before the operation is enqueued and only read afterwards, and
-// `pipelineBase` and `pipelineResult`, which belong to the entry's lock.
-final class ChannelOperation: @unchecked Sendable {
+// `ticket`, which belongs to the entry's lock. (The state is internal, not private,
+// only so that ChannelOperation+Completion.swift and +Direct.swift reach it.)
+final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
     enum Direction { case read, write }
 
     /// A stream write on a regular file (not `O_APPEND`) that goes out as one
@@ -128,20 +129,19 @@ final class ChannelOperation: @unchecked Sendable {
     var entry: FDEntry?
     var channelBase: Int64 = 0
     var lane: Int = 0
+    /// The entry's scheduling state of this operation: read and written only
+    /// under the entry's lock (`EntryScheduler`).
+    var ticket = SchedulerTicket()
     /// A stream write started while earlier writes of its lane still run:
     /// the offset the entry assigned it (where the earlier ones will end).
-    /// Written by the entry, under its lock, before `start()`.
+    /// Copied from the ticket by `start()`, under the operation's lock.
     var pipelineBase: Int64?
-    /// How a pipelined write ended: read and written only under the entry's lock.
-    var pipelineResult: (succeeded: Bool, endPosition: Int64)?
-    /// The entry ran this operation alone (`needsExclusiveRun`); entry's lock.
-    var ranExclusive = false
 
-    private enum End {
+    enum End {
         case complete, endOfFile, failed(Errno)
     }
 
-    private struct Delivery {
+    struct Delivery {
         let done: Bool
         let data: DataChunk?
         let error: Errno?
@@ -178,41 +178,47 @@ final class ChannelOperation: @unchecked Sendable {
         deinit { iovecs?.deallocate() }
     }
 
-    private let lock = PlainLock()
-    private var started = false
-    private var stopped = false
-    private var ioDone = false
-    private var positional = false
-    private var inFlightLimit = 1
-    private var requestSize = IOChannel.chunkSize
+    let lock = PlainLock()
+    var started = false
+    var stopped = false
+    var ioDone = false
+    var positional = false
+    /// A stream operation on a file read the position it starts at (and
+    /// moves it when it ends).
+    var positionTaken = false
+    var inFlightLimit = 1
+    var requestSize = IOChannel.chunkSize
     /// Where the I/O range starts in the file.
-    private var fileBase: Int64 = 0
+    var fileBase: Int64 = 0
     /// Direct I/O: the alignment requests keep (`nil`: buffered). The I/O
     /// range is then the user's range rounded out to it: `ioHead` bytes
     /// before the user's first byte, `ioLength` bytes in all; slots and
     /// `issued` count I/O bytes, `transferred` the user's bytes.
-    private var direct: DirectAlignment?
-    private var ioHead = 0
-    private var ioLength = 0
+    var direct: DirectAlignment?
+    var ioHead = 0
+    var ioLength = 0
     /// Where the user's range ends, in I/O bytes (`Int.max` for "to EOF").
-    private var userEnd = 0
+    var userEnd = 0
     /// A direct write read a block past the end of file: the length the
     /// file must have afterwards.
-    private var restoreLength: Int64?
+    var restoreLength: Int64?
+    /// A read cut at the largest file offset (`limitToLargestOffsetLocked`):
+    /// it ends there as at the end of the file.
+    var cutAtLargestOffset = false
     /// A direct write with partial blocks: the file's length when it started
     /// (a block wholly past it needs no read).
-    private var lengthAtStart: Int64 = .max
-    private var slots: [Slot] = []
-    private var issued = 0
-    private var transferred = 0
-    private var inFlight = 0
-    private var end: End?
-    private var undelivered = DataChunk.empty
-    private var writeDeliveredAt = 0
-    private var queuedBytes = 0
-    private var handledBytes = 0
-    private var deliveries = RingBuffer<Delivery>(initialCapacity: 2)
-    private var runnerActive = false
+    var lengthAtStart: Int64 = .max
+    var slots: [Slot] = []
+    var issued = 0
+    var transferred = 0
+    var inFlight = 0
+    var end: End?
+    var undelivered = DataChunk.empty
+    var writeDeliveredAt = 0
+    var queuedBytes = 0
+    var handledBytes = 0
+    var deliveries = RingBuffer<Delivery>(initialCapacity: 2)
+    var runnerActive = false
 
     init(direction: Direction, isStream: Bool, queue: IOQueue, engine: IOEngine,
          settings: ChannelSettings, offset: Int64, length: Int, data: DataChunk,
@@ -262,7 +268,9 @@ final class ChannelOperation: @unchecked Sendable {
         guard let entry else { return }
         var requests: [IORequest] = []
         var finishNow = false
+        let assignedBase = isStream ? entry.pipelineBase(of: self) : nil
         lock.lock()
+        pipelineBase = assignedBase
         started = true
         if stopped {
             end = .failed(.canceled)
@@ -279,9 +287,15 @@ final class ChannelOperation: @unchecked Sendable {
                 if overflow || sum < 0 { end = .failed(.invalidArgument) } else { fileBase = sum }
             } else if let pipelineBase {
                 fileBase = pipelineBase
+                positionTaken = true
             } else if positional {
                 let position = lseek(entry.fd, 0, SEEK_CUR)
-                if position < 0 { end = .failed(Errno(rawValue: cliburing_errno())) } else { fileBase = Int64(position) }
+                if position < 0 {
+                    end = .failed(Errno(rawValue: cliburing_errno()))
+                } else {
+                    fileBase = Int64(position)
+                    positionTaken = true
+                }
             }
             ioLength = length
             userEnd = length
@@ -295,6 +309,13 @@ final class ChannelOperation: @unchecked Sendable {
                     if direction == .read && inFlightLimit > 1 { inFlightLimit = Self.maxDirectInFlight }
                 } else if settings.directIO == .required {
                     end = .failed(.invalidArgument)
+                }
+                if end == nil && positional { limitToLargestOffsetLocked() }
+                if end == nil && entry.writeOnly && needsBlockReadLocked() {
+                    // The read-modify-write cannot read the block back: fail
+                    // before any byte is written, so that all of them are
+                    // truly unwritten.
+                    end = .failed(.badFileDescriptor)
                 }
             }
             if end == nil {
@@ -347,10 +368,10 @@ final class ChannelOperation: @unchecked Sendable {
 
     // MARK: - requests
 
-    private var mayBlock: Bool { entry?.kind.mayBlock ?? false }
+    var mayBlock: Bool { entry?.kind.mayBlock ?? false }
 
     /// With the lock held: new requests while the limits allow.
-    private func makeRequestsLocked() -> [IORequest] {
+    func makeRequestsLocked() -> [IORequest] {
         guard started, !stopped, end == nil, let entry else { return [] }
         var out: [IORequest] = []
         // `slots` holds every request not yet taken in file order, in flight
@@ -381,7 +402,7 @@ final class ChannelOperation: @unchecked Sendable {
     }
 
     /// With the lock held: the request for what is left of `slot`.
-    private func makeRequestLocked(_ slot: Slot, fd: Int32) -> IORequest {
+    func makeRequestLocked(_ slot: Slot, fd: Int32) -> IORequest {
         let offset: Int64 = positional ? fileBase + Int64(slot.start + slot.done) : -1
         let operation: IORequest.Operation
         var fixedBuffer: RegisteredBuffer?
@@ -431,421 +452,13 @@ final class ChannelOperation: @unchecked Sendable {
         return request
     }
 
-    // MARK: - direct I/O
-
-    /// With the lock held, at start: rounds the range out to `alignment`.
-    private func alignToBlocksLocked(_ alignment: DirectAlignment) {
-        direct = alignment
-        let a = alignment.offset
-        let start = fileBase - fileBase % Int64(a)
-        ioHead = Int(fileBase - start)
-        fileBase = start
-        // "To the end of file" (Int.max) stays unbounded.
-        let (end, overflow) = ioHead.addingReportingOverflow(length)
-        userEnd = overflow || end > Int.max - a ? Int.max : end
-        ioLength = userEnd == Int.max ? Int.max / a * a : (userEnd + a - 1) / a * a
-        requestSize = Swift.max(a, requestSize / a * a)
-        if direction == .write && (ioHead != 0 || userEnd != ioLength), let entry {
-            // The operation runs alone on its fd (`needsExclusiveRun`): the
-            // length cannot change under it.
-            var st = stat()
-            if fstat(entry.fd, &st) == 0 { lengthAtStart = Int64(st.st_size) }
-        }
-    }
-
-    /// With the lock held: the size of the next slot. A direct write's
-    /// partial first and last blocks get slots of their own, one block each,
-    /// so that only they are read for the read-modify-write.
-    private func nextSlotSizeLocked(remaining: Int) -> Int {
-        var size = Swift.min(requestSize, remaining)
-        guard direction == .write, let direct else { return size }
-        let a = direct.offset
-        if issued == 0 && ioHead != 0 { return a }
-        if userEnd < ioLength && remaining > a && size > remaining - a { size = remaining - a }
-        return size
-    }
-
-    /// With the lock held: a direct write's slot. Bytes already aligned in
-    /// memory go as they are; others are copied into an aligned buffer; a
-    /// block the user's range covers only in part is read first
-    /// (`readModifyWriteLocked` puts the bytes in).
-    private func directWriteSlotLocked(start: Int, size: Int, alignment: DirectAlignment) -> Slot {
-        let lower = Swift.max(start, ioHead)
-        let upper = Swift.min(start + size, userEnd)
-        let piece = data.subrange((lower - ioHead)..<(upper - ioHead))
-        let partial = lower > start || upper < start + size
-        if !partial, piece.regionCount == 1,
-           piece.withUnsafeBytes({ Int(bitPattern: $0.baseAddress) % alignment.memory == 0 }) {
-            return Slot(start: start, size: size, buffer: nil, piece: piece)
-        }
-        let buffer = ReadBuffer(capacity: size, pool: BufferPool.shared,
-                                alignment: alignment.memory)
-        let slot = Slot(start: start, size: size, buffer: buffer, piece: piece)
-        if partial && fileBase + Int64(start) < lengthAtStart {
-            slot.prefill = true
-        } else if partial {
-            mergeLocked(slot, read: 0)  // past the end of file: nothing to read
-        } else {
-            _ = piece.copyBytes(to: UnsafeMutableRawBufferPointer(start: buffer.pointer, count: size), from: 0..<size)
-        }
-        return slot
-    }
-
-    /// With the lock held: a direct write's block came back from the file
-    /// (`read` bytes of it; fewer at the end of file): the user's bytes go
-    /// into it, and the request that writes it back is returned.
-    private func readModifyWriteLocked(_ slot: Slot, read: Int, fd: Int32) -> IORequest {
-        slot.prefill = false
-        mergeLocked(slot, read: read)
-        return makeRequestLocked(slot, fd: fd)
-    }
-
-    /// With the lock held: puts the user's bytes into a partial block of
-    /// which `read` bytes came from the file (zeros after them).
-    private func mergeLocked(_ slot: Slot, read: Int) {
-        let buffer = slot.buffer!
-        if read < slot.size {
-            (buffer.pointer + read).initializeMemory(as: UInt8.self, repeating: 0, count: slot.size - read)
-            // The block reached past the end of file: the write must not
-            // leave the file longer than the old end or the user's end.
-            let oldEnd = fileBase + Int64(slot.start + read)
-            let wanted = Swift.max(oldEnd, fileBase + Int64(userEnd))
-            restoreLength = Swift.max(restoreLength ?? 0, wanted)
-        }
-        let at = Swift.max(slot.start, ioHead) - slot.start
-        _ = slot.piece.copyBytes(to: UnsafeMutableRawBufferPointer(start: buffer.pointer + at, count: slot.piece.count),
-                                 from: 0..<slot.piece.count)
-    }
-
-    private func submit(_ requests: [IORequest]) {
+    func submit(_ requests: [IORequest]) {
         guard !requests.isEmpty else { return }
         if requests.count == 1 { engine.submit(requests[0]) } else { engine.submit(contentsOf: requests) }
         // A stop that came between making and submitting them found them
         // not yet in the engine: cancel them again now that they are.
         if lock.withLock({ stopped }) {
             for r in requests { engine.cancel(r) }
-        }
-    }
-
-    // MARK: - completions (on the engine's thread: short, never blocking)
-
-    private func completed(_ slot: Slot, _ res: Int32) {
-        var requests: [IORequest] = []
-        lock.lock()
-        inFlight -= 1
-        slot.request = nil
-        let fd = entry!.fd
-        if slot.prefill {
-            if res >= 0 && !stopped && end == nil {
-                requests.append(readModifyWriteLocked(slot, read: Int(res), fd: fd))
-            } else {
-                slot.prefill = false
-                slot.error = res < 0 ? Errno(rawValue: -res) : .canceled
-                slot.complete = true
-            }
-        } else if res > 0 {
-            slot.done += Int(res)
-            // Direct I/O continues only at an aligned offset: a read that
-            // stopped elsewhere reached the end of file.
-            let aligned = direct.map { slot.done % $0.offset == 0 } ?? true
-            if slot.done < slot.size && !stopped && end == nil && (positional || direction == .write) && aligned {
-                requests.append(makeRequestLocked(slot, fd: fd))  // continue a short read or write
-            } else {
-                if slot.done < slot.size && !aligned {
-                    if direction == .read { slot.endOfFile = true } else { slot.error = .ioError }
-                }
-                slot.complete = true
-            }
-        } else if res == 0 {
-            if direction == .read {
-                slot.endOfFile = true
-            } else {
-                slot.error = .ioError  // a write that moved nothing would loop forever
-            }
-            slot.complete = true
-        } else if (res == -EINTR || res == -EAGAIN) && !stopped && end == nil {
-            if res == -EAGAIN {
-                // A non-blocking fd: wait for readiness, then try again.
-                let events = UInt32(direction == .read ? POLLIN : POLLOUT)
-                inFlight += 1
-                let poll = IORequest(.poll(fd: fd, events: events), owner: slot, mayBlock: true) { [self] pollRes in
-                    polled(slot, pollRes)
-                }
-                slot.request = poll
-                requests.append(poll)
-            } else {
-                requests.append(makeRequestLocked(slot, fd: fd))
-            }
-        } else {
-            slot.error = Errno(rawValue: -res)
-            slot.complete = true
-        }
-        settleLocked(then: requests)
-    }
-
-    private func polled(_ slot: Slot, _ res: Int32) {
-        var requests: [IORequest] = []
-        lock.lock()
-        inFlight -= 1
-        slot.request = nil
-        if res < 0 && res != -EINTR || stopped || end != nil {
-            slot.error = res < 0 && res != -EINTR ? Errno(rawValue: -res) : .canceled
-            slot.complete = true
-        } else {
-            requests.append(makeRequestLocked(slot, fd: entry!.fd))
-        }
-        settleLocked(then: requests)
-    }
-
-    /// Called with the lock held after a completion; releases it. Takes the
-    /// results in order, issues what the limits allow besides `requests`,
-    /// schedules the handler, and ends the I/O once nothing is in flight.
-    private func settleLocked(then requests: [IORequest]) {
-        let schedule = advanceLocked()
-        let requests = requests + makeRequestsLocked()
-        let finish = end != nil && inFlight == 0 && !ioDone
-        lock.unlock()
-        if schedule { runInlineDeliveries() }
-        submit(requests)
-        if finish { finishIO() }
-    }
-
-    /// With the lock held: takes completed slots in file order, decides how
-    /// the operation ends, and enqueues the deliveries the water marks call
-    /// for. Returns whether the handler runner must be scheduled.
-    private func advanceLocked() -> Bool {
-        while end == nil, let head = slots.first, head.complete {
-            slots.removeFirst()
-            // The slot's bytes that are the user's (all of them, but with
-            // direct I/O at the edges of the range).
-            let lower = Swift.max(head.start, ioHead)
-            let upper = Swift.min(head.start + head.done, userEnd)
-            if direction == .read, upper > lower {
-                undelivered = undelivered.concat(head.buffer!.chunk(range: (lower - head.start)..<(upper - head.start)))
-            }
-            transferred += Swift.max(0, upper - lower)
-            if !positional && direction == .read { issued = transferred }
-            if let error = head.error {
-                end = .failed(stopped && error == .canceled ? .canceled : error)
-            } else if head.endOfFile {
-                end = .endOfFile
-            } else if head.done < head.size && direction == .read && stopped {
-                end = .failed(.canceled)
-            }
-        }
-        if end == nil {
-            if transferred == length {
-                end = .complete
-            } else if options.endAfterFirstBytes && !positional && transferred > 0 {
-                end = .complete
-            } else if stopped && inFlight == 0 {
-                end = .failed(.canceled)
-            }
-        }
-        if end != nil {
-            slots.removeAll()  // later slots: past the end; their results are ignored
-            return false
-        }
-        return deliverByWaterMarksLocked(force: false)
-    }
-
-    /// With the lock held: the deliveries of the low-water rule (`force`: a
-    /// strict interval tick, which delivers even less, even nothing).
-    private func deliverByWaterMarksLocked(force: Bool) -> Bool {
-        let low = settings.effectiveLow(positional: positional)
-        let high = settings.deliverySize(positional: positional)
-        var schedule = false
-        switch direction {
-        case .read:
-            while !undelivered.isEmpty && (undelivered.count >= low || force) {
-                let n = Swift.min(high, undelivered.count)
-                let piece = undelivered.subrange(0..<n)
-                undelivered = undelivered.subrange(n..<undelivered.count)
-                schedule = enqueueLocked(Delivery(done: false, data: piece, error: nil, bytes: n)) || schedule
-            }
-            if force && !schedule && deliveries.isEmpty {
-                schedule = enqueueLocked(Delivery(done: false, data: .empty, error: nil, bytes: 0))
-            }
-        case .write:
-            if transferred < length && (transferred - writeDeliveredAt >= low || (force && deliveries.isEmpty)) {
-                writeDeliveredAt = transferred
-                schedule = enqueueLocked(Delivery(done: false, data: data.subrange(transferred..<length),
-                                                  error: nil, bytes: 0))
-            }
-        }
-        return schedule
-    }
-
-    /// The interval timer: returns false once the operation is over.
-    private func tick() -> Bool {
-        lock.lock()
-        if ioDone || end != nil {
-            lock.unlock()
-            return false
-        }
-        let schedule = settings.strictInterval ? deliverByWaterMarksLocked(force: true) : deliverByWaterMarksLocked(force: false)
-        lock.unlock()
-        if schedule { runInlineDeliveries() }
-        return true
-    }
-
-    /// The I/O is over: the final deliveries, the file position, the entry.
-    private func finishIO(ranOnEntry: Bool = true) {
-        lock.lock()
-        guard !ioDone, let end else {
-            lock.unlock()
-            return
-        }
-        ioDone = true
-        let pipelined = pipelineBase != nil && ranOnEntry
-        var succeeded = false
-        if case .complete = end { succeeded = true }
-        let endPosition = fileBase + Int64(ioHead) + Int64(transferred)
-        let restoreLength = succeeded ? self.restoreLength : nil
-        lock.unlock()
-        if let restoreLength, let entry {
-            // A read-modify-write wrote a whole block past the old end of file.
-            var st = stat()
-            if fstat(entry.fd, &st) == 0 && Int64(st.st_size) > restoreLength {
-                _ = ftruncate(entry.fd, off_t(restoreLength))
-            }
-        }
-        guard pipelined, let entry else {
-            deliverFinal(override: nil)
-            if isStream && positional && ranOnEntry, let entry {
-                _ = lseek(entry.fd, off_t(endPosition), SEEK_SET)
-            }
-            // The last call is queued before the next operation may start, so
-            // that on one serial queue the operations' handlers run in order.
-            if ranOnEntry { entry?.operationFinishedIO(self) }
-            return
-        }
-        // A pipelined stream write: the entry releases the writes of the run
-        // in submission order, once each one's predecessors have ended, and
-        // queues their last calls under its lock, so that a later write's
-        // calls cannot be queued before an earlier one's.
-        let ready = entry.pipelinedWriteEnded(self, succeeded: succeeded, endPosition: endPosition)
-        for (operation, runInline) in ready where runInline { operation.runInlineDeliveries() }
-        for (operation, _) in ready { entry.operationFinishedIO(operation) }
-    }
-
-    /// Queues the last handler calls and runs them if the operation is inline.
-    private func deliverFinal(override: Errno?) {
-        if queueFinalDeliveries(override: override) { runInlineDeliveries() }
-    }
-
-    /// Queues the last handler calls; returns whether the caller must run
-    /// them (inline operations), once it holds no lock. `override`: an
-    /// earlier write of the same pipelined run failed, so this one reports
-    /// all its bytes as unwritten with that error, whatever landed past the
-    /// failure point.
-    func queueFinalDeliveries(override: Errno?) -> Bool {
-        lock.lock()
-        if let override {
-            end = .failed(override)
-            transferred = 0
-        }
-        let end = self.end!
-        let high = settings.deliverySize(positional: positional)
-        var schedule = false
-        switch direction {
-        case .read:
-            var pieces: [DataChunk] = []
-            while !undelivered.isEmpty {
-                let n = Swift.min(high, undelivered.count)
-                pieces.append(undelivered.subrange(0..<n))
-                undelivered = undelivered.subrange(n..<undelivered.count)
-            }
-            switch end {
-            case .complete:
-                if pieces.isEmpty { pieces = [.empty] }
-                for (i, piece) in pieces.enumerated() {
-                    let last = i == pieces.count - 1
-                    schedule = enqueueLocked(Delivery(done: last, data: piece, error: nil, bytes: piece.count)) || schedule
-                }
-            case .endOfFile, .failed:
-                for piece in pieces {
-                    schedule = enqueueLocked(Delivery(done: false, data: piece, error: nil, bytes: piece.count)) || schedule
-                }
-                if case .failed(let error) = end {
-                    schedule = enqueueLocked(Delivery(done: true, data: nil, error: error, bytes: 0)) || schedule
-                } else {
-                    schedule = enqueueLocked(Delivery(done: true, data: .empty, error: nil, bytes: 0)) || schedule
-                }
-            }
-        case .write:
-            switch end {
-            case .complete, .endOfFile:
-                schedule = enqueueLocked(Delivery(done: true, data: nil, error: nil, bytes: 0))
-            case .failed(let error):
-                schedule = enqueueLocked(Delivery(done: true, data: data.subrange(transferred..<length), error: error, bytes: 0))
-            }
-        }
-        lock.unlock()
-        return schedule
-    }
-
-    // MARK: - handler calls: on `queue`, one at a time, in order
-
-    /// With the lock held: adds a delivery; true if the runner must be scheduled.
-    ///
-    /// The runner goes onto the queue here, with the lock held, so that it is
-    /// queued before anything this delivery lets happen (the next operation
-    /// of the fd starting and queuing its own runner). Inline operations run
-    /// it on the caller's thread, after the lock is released.
-    private func enqueueLocked(_ delivery: Delivery) -> Bool {
-        deliveries.append(delivery)
-        queuedBytes += delivery.bytes
-        if runnerActive { return false }
-        runnerActive = true
-        if options.inline { return true }
-        queue.async { [self] in runDeliveries() }
-        return false
-    }
-
-    /// Runs the deliveries of an inline operation (see `enqueueLocked`).
-    func runInlineDeliveries() {
-        runDeliveries()
-    }
-
-    /// The consumer took `bytes` of what was delivered (`manualCredit`):
-    /// reading may go on.
-    func release(_ bytes: Int) {
-        let requests = lock.withLock { () -> [IORequest] in
-            queuedBytes -= bytes
-            handledBytes += bytes
-            return makeRequestsLocked()
-        }
-        submit(requests)
-    }
-
-    /// Calls the handler for each queued delivery, one at a time, until none
-    /// is left. It does not yield the queue in between: a later operation's
-    /// runner, queued behind it, must not overtake this operation's calls.
-    private func runDeliveries() {
-        while true {
-            lock.lock()
-            guard let delivery = deliveries.popFirst() else {
-                runnerActive = false
-                lock.unlock()
-                return
-            }
-            lock.unlock()
-            handler(delivery.done, delivery.data, delivery.error)
-            lock.lock()
-            if !options.manualCredit {
-                queuedBytes -= delivery.bytes
-                handledBytes += delivery.bytes
-            }
-            let requests = delivery.done ? [] : makeRequestsLocked()
-            lock.unlock()
-            submit(requests)
-            if delivery.done {
-                channel?.operationEnded(self)
-                // Only an operation that reached an entry is counted there.
-                entry?.operationHandlersReturned()
-                return
-            }
         }
     }
 }
