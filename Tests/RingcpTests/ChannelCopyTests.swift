@@ -23,7 +23,13 @@ struct ChannelCopyTests {
     static func run(_ copy: ChannelCopy, cancelFirst: Bool, progress: ringcp.Progress? = nil,
                     timeout: Duration = .seconds(60)) async -> String? {
         let outcome = Mutex<String?>(nil)
-        let task = Task {
+        // The copy's task runs on an IOQueue, not on Swift's cooperative
+        // pool: in a whole `swift test` run, the ringcp tests' synchronous
+        // waits for child processes can hold both cooperative threads for
+        // longer than the timeout, so a task there could not even record
+        // that the copy had ended. The outcome is then set as soon as the
+        // copy ends, whenever this test's own task gets a thread back.
+        let task = Task(executorPreference: IOQueue(label: "channel-copy-test")) {
             if cancelFirst { withUnsafeCurrentTask { $0?.cancel() } }
             let result: String
             do throws(CopyFailure) {
