@@ -54,23 +54,34 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     private var outstanding = 0
     private var wakeArmed = false
     private var local: [IORequest] = []
+    /// Requests submitted by the ring thread itself (handlers of the ring
+    /// queue, inline completions): no lock, no eventfd. See UringBackend+RingQueue.swift.
+    var ringInbox: [IORequest] = []
+    /// Ring queues whose drain the ring thread runs next.
+    var ringDrains: [IOQueue] = []
+    var ringDrainsRunning: [IOQueue] = []
+    /// The ring thread has seen `stopping` (ring thread only).
+    var ringStopping = false
 
     /// How long an idle ring thread polls for new work before it sleeps.
     let spinNanoseconds: UInt64
     /// Set by submitters when the inbox gains work; polled while spinning.
-    private let hasWork = Atomic<Bool>(false)
+    let hasWork = Atomic<Bool>(false)
 
     // Shared, under `lock`.
-    private let lock = ConditionLock()
+    let lock = ConditionLock()
     private var inbox: [IORequest] = []
+    /// Ring queues scheduled from other threads (under `lock`).
+    var drainInbox: [IOQueue] = []
+    private var localDrains: [IOQueue] = []
     /// The ring thread waits in `io_uring_enter`: wake it with the eventfd.
     private var sleeping = false
     /// The ring thread has nothing in the kernel and waits on `lock`'s
     /// condition: a futex wake-up, several times cheaper than the eventfd path.
     private var idleSleeping = false
     private var wakePending = false
-    private var stopping = false
-    private var stopped = false
+    var stopping = false
+    var stopped = false
 
     /// `io_uring_enter` calls so far, for tests and benchmarks.
     private let enterCounter = Atomic<UInt64>(0)
@@ -166,6 +177,10 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     // MARK: - submission (any thread)
 
     func submit(_ request: IORequest) {
+        if isRingThread {
+            submitFromRing(request)
+            return
+        }
         lock.lock()
         if stopped {
             lock.unlock()
@@ -180,6 +195,10 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     }
 
     func submit(contentsOf requests: [IORequest]) {
+        if isRingThread {
+            for r in requests { submitFromRing(r) }
+            return
+        }
         lock.lock()
         if stopped {
             lock.unlock()
@@ -196,7 +215,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     /// With `lock` held: wakes an idle ring thread (condition variable) or
     /// says that one sleeping in `io_uring_enter` needs the eventfd written.
     @inline(__always)
-    private func wakeLocked() -> Bool {
+    func wakeLocked() -> Bool {
         if idleSleeping {
             idleSleeping = false
             lock.signal()
@@ -209,7 +228,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         return false
     }
 
-    private func signalEventFD() {
+    func signalEventFD() {
         var one: UInt64 = 1
         while write(eventFD, &one, 8) < 0 && cliburing_errno() == EINTR {}
     }
@@ -233,16 +252,25 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         var results: [(UInt64, Int32)] = []
         results.reserveCapacity(256)
         var cancelledEverything = false
+        markRingThread()
 
         while true {
             // 1. Take what arrived.
             lock.lock()
             swap(&inbox, &local)
+            swap(&drainInbox, &localDrains)
             hasWork.store(false, ordering: .relaxed)
             let stop = stopping
             lock.unlock()
+            ringStopping = stop
+            ringDrains.append(contentsOf: localDrains)
+            localDrains.removeAll(keepingCapacity: true)
+            // The ring queue's items (handlers whose completions were reaped
+            // last turn, work enqueued on it), then what they submitted.
+            runRingDrains()
             for request in local { accept(request, stopping: stop) }
             local.removeAll(keepingCapacity: true)
+            acceptRingInbox(stopping: stop)
 
             if stop {
                 if !cancelledEverything {
@@ -253,7 +281,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                     }
                     cancelAllInFlight()
                 }
-                if outstanding == 0 { break }
+                if outstanding == 0 && ringDrains.isEmpty { break }
             } else if !wakeArmed {
                 armWake()
             }
@@ -264,7 +292,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             // 3. Idle (nothing in the kernel but the eventfd read): sleep on the
             //    condition variable, the cheapest wake-up for the next submitter.
             if !stop && outstanding <= (wakeArmed ? 1 : 0) && backlog.isEmpty && cancels.isEmpty
-                && cliburing_cq_ready(ring) == 0 {
+                && ringDrains.isEmpty && ringInbox.isEmpty && cliburing_cq_ready(ring) == 0 {
                 if io_uring_sq_ready(ring) > 0 {
                     enterCounter.add(1, ordering: .relaxed)
                     _ = io_uring_submit(ring)
@@ -275,7 +303,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                     while !hasWork.load(ordering: .acquiring) && monotonicNanoseconds() < deadline {}
                 }
                 lock.lock()
-                while inbox.isEmpty && !stopping {
+                while inbox.isEmpty && drainInbox.isEmpty && !stopping {
                     idleSleeping = true
                     lock.wait()
                 }
@@ -286,9 +314,9 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
 
             // 4. Submit; reap; wait for a completion if there is nothing else to do.
             var waiting = false
-            if cliburing_cq_ready(ring) == 0 && outstanding > 0 {
+            if cliburing_cq_ready(ring) == 0 && outstanding > 0 && ringDrains.isEmpty && ringInbox.isEmpty {
                 lock.lock()
-                if inbox.isEmpty || stop {
+                if (inbox.isEmpty && drainInbox.isEmpty) || stop {
                     sleeping = true
                     waiting = true
                 }
@@ -325,16 +353,21 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
 
         io_uring_queue_exit(ring)
         close(eventFD)
-        let leftovers = lock.withLock { () -> [IORequest] in
+        let (leftovers, drains) = lock.withLock { () -> ([IORequest], [IOQueue]) in
             stopped = true
-            defer { inbox = [] }
-            return inbox
+            defer { inbox = []; drainInbox = [] }
+            return (inbox, drainInbox)
         }
-        for r in leftovers { r.completion(-ECANCELED) }
+        unmarkRingThread()
+        for r in leftovers + ringInbox { r.completion(-ECANCELED) }
+        ringInbox = []
+        // The ring thread is gone: the pool runs what is left of the ring queues.
+        for q in drains + ringDrains { WorkerPool.shared.submit(.drain(q)) }
+        ringDrains = []
     }
 
     /// Ring thread: sorts a new request into the backlog, or handles a cancel.
-    private func accept(_ request: IORequest, stopping: Bool) {
+    func accept(_ request: IORequest, stopping: Bool) {
         if stopping {
             request.engineState = .done
             request.completion(-ECANCELED)
