@@ -151,3 +151,37 @@ struct RingQueueTests {
         #expect(latch.wait())
     }
 }
+
+@Suite("IdleSpin: polling stops on a busy machine")
+struct IdleSpinTests {
+    @Test("a poll that loses its CPU pauses polling; work seen is reported")
+    func preempted() {
+        let spin = IdleSpin(budget: 50_000_000)
+        #expect(spin.allowed)
+        // Work that is already there is seen at once.
+        #expect(spin.poll { true })
+        // A gap between two looks at the clock (here a sleep inside the check,
+        // as a preemption would make one) stops the poll and pauses polling.
+        var calls = 0
+        let saw = spin.poll {
+            calls += 1
+            if calls == 1 { sleepNanoseconds(2_000_000) }
+            return false
+        }
+        #expect(!saw)
+        #expect(spin.preemptedPolls == 1)
+        #expect(!spin.allowed)
+        var polled = false
+        #expect(!spin.poll { polled = true; return true })
+        #expect(!polled)
+    }
+
+    @Test("no budget: never polls")
+    func off() {
+        let spin = IdleSpin(budget: 0)
+        #expect(!spin.allowed)
+        var polled = false
+        #expect(!spin.poll { polled = true; return true })
+        #expect(!polled)
+    }
+}

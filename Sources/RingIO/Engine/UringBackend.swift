@@ -63,8 +63,10 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     /// The ring thread has seen `stopping` (ring thread only).
     var ringStopping = false
 
-    /// How long an idle ring thread polls for new work before it sleeps.
-    let spinNanoseconds: UInt64
+    /// How long an idle ring thread polls for new work before it sleeps
+    /// (paused while the machine is busy: see `IdleSpin`).
+    let spin: IdleSpin
+    var spinNanoseconds: UInt64 { spin.budget }
     /// Set by submitters when the inbox gains work; polled while spinning.
     let hasWork = Atomic<Bool>(false)
 
@@ -89,7 +91,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
 
     private init(ring: UnsafeMutablePointer<io_uring>, eventFD: Int32, description: String, spinNanoseconds: UInt64,
                  tables: RingTables) {
-        self.spinNanoseconds = spinNanoseconds
+        self.spin = IdleSpin(budget: spinNanoseconds)
         self.tables = tables
         self.ring = ring
         self.eventFD = eventFD
@@ -297,11 +299,9 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                     enterCounter.add(1, ordering: .relaxed)
                     _ = io_uring_submit(ring)
                 }
-                // Spin a little first: a thread wake-up costs tens of µs on a VM.
-                if spinNanoseconds > 0 {
-                    let deadline = monotonicNanoseconds() &+ spinNanoseconds
-                    while !hasWork.load(ordering: .acquiring) && monotonicNanoseconds() < deadline {}
-                }
+                // Spin a little first: a thread wake-up costs tens of µs on a VM
+                // (unless the machine is busy: see `IdleSpin`).
+                _ = spin.poll { hasWork.load(ordering: .acquiring) }
                 lock.lock()
                 while inbox.isEmpty && drainInbox.isEmpty && !stopping {
                     idleSleeping = true
