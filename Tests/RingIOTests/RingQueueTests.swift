@@ -185,3 +185,37 @@ struct IdleSpinTests {
         #expect(!polled)
     }
 }
+
+@Suite("IOEngine.perCore")
+struct PerCoreTests {
+    @Test("one engine per core, the first is shared; next() spreads channels and reads work on each")
+    func spread() throws {
+        let engines = IOEngine.perCore
+        #expect(engines.count == Swift.max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
+        #expect(engines[0] === IOEngine.shared)
+        #expect(Set(engines.map { ObjectIdentifier($0) }).count == engines.count)
+        #expect(Set(engines.map { ObjectIdentifier($0.queue) }).count == engines.count)
+        for e in engines { #expect(e.backend == IOEngine.shared.backend) }
+        let picked = (0..<(2 * engines.count)).map { _ in ObjectIdentifier(IOEngine.next()) }
+        #expect(Set(picked).count == engines.count)
+
+        let dir = TemporaryDirectory()
+        let bytes = randomBytes(64 * 1024, seed: 93)
+        try writeFile(dir.file("f"), bytes)
+        for engine in engines {
+            let fd = try openFile(dir.file("f"), .readOnly)
+            let channel = IOChannel(kind: .random, fileDescriptor: fd, queue: engine.queue, engine: engine) { _ in
+                try? fd.close()
+            }
+            let got = Locked<[UInt8]>([])
+            let latch = Latch()
+            channel.read(offset: 4096, length: 8192, queue: engine.queue) { done, data, _ in
+                if let data { got.withLock { $0 += Array(data) } }
+                if done { latch.signal() }
+            }
+            #expect(latch.wait())
+            #expect(got.withLock { $0 } == Array(bytes[4096..<12288]))
+            channel.close()
+        }
+    }
+}

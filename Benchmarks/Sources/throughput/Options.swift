@@ -20,7 +20,7 @@ struct Options {
                           [--files N (2000)] [--log-size BYTES[K|M|G] (256M)] [--only WORD[,WORD...]]
                           [--cold] [--ringcp PATH] [--dir DIR ($TMPDIR or /tmp)] [--out DIR (Benchmarks/results)]
           --only keeps the cases whose "workload/system" contains a word: workloads read, copy, random32,
-                 random1, files, append; systems ringio, ringio-async, dispatchio, nio, nio-nbfio, plain,
+                 random1, files, append; systems ringio, ringio-async, ringio-ring, ringio-async-ring, dispatchio, nio, nio-nbfio, plain,
                  cp, ringcp, fio
           --cold drops the page cache (sync; echo 3 > /proc/sys/vm/drop_caches) before each measurement
           --ringcp runs PATH -r SRC DST (files) and PATH SRC DST (copy) as the system "ringcp"

@@ -179,7 +179,7 @@ public final class IOEngine: Sendable {
         self.fallbackReason = reason
     }
 
-    private init(threadPoolBecause reason: String) {
+    init(threadPoolBecause reason: String) {
         self.uring = nil
         self.core = ThreadPoolBackend()
         self.queue = IOQueue(label: "ringio.engine")

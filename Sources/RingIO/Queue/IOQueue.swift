@@ -1,7 +1,8 @@
 /// A queue of work items that run on RingIO's own worker threads.
 ///
-/// Every completion handler of the library runs on an `IOQueue`, never on the
-/// engine's ring thread and never on a Dispatch queue.
+/// Every completion handler of the library runs on an `IOQueue`, never on a
+/// Dispatch queue, and on the engine's ring thread only when that queue is
+/// the engine's own, `IOEngine.queue`.
 ///
 /// - A **serial** queue runs one item at a time, in submission order. It can be
 ///   an actor's executor (see `IOQueue+Executor.swift`).
