@@ -47,7 +47,9 @@ public final class IOEngine: Sendable {
         /// How long an idle ring thread polls for new requests before it
         /// sleeps. Waking a sleeping thread costs 5–50 µs (more on virtual
         /// machines); a short poll makes a request that follows closely on the
-        /// previous one start at once. `.zero` never polls.
+        /// previous one start at once. `.zero` never polls. A poll that
+        /// finds it lost its CPU (a busy machine) stops, and polling pauses
+        /// for 100 ms: sleepers are woken instead.
         public var idleSpin: Duration
 
         /// Register the shared read-buffer pool's buffers with the ring and

@@ -62,18 +62,15 @@ extension UringBackend: QueueRunner {
         ringInbox.append(request)
     }
 
-    /// Ring thread: accepts what the ring thread submitted (which may submit more).
+    /// Ring thread: accepts what the ring thread submitted before this call.
+    /// What that submits in turn (a cancelled request's handler starting
+    /// the next one, say) waits for the next turn, as requests from other
+    /// threads do: one cascade cannot hold up everyone else's requests.
     func acceptRingInbox(stopping: Bool) {
-        while !ringInbox.isEmpty {
-            var batch: [IORequest] = []
-            swap(&batch, &ringInbox)
-            for request in batch { accept(request, stopping: stopping) }
-            if ringInbox.isEmpty {
-                // Keep the array's capacity for the next turn.
-                batch.removeAll(keepingCapacity: true)
-                swap(&batch, &ringInbox)
-            }
-        }
+        guard !ringInbox.isEmpty else { return }
+        swap(&ringInbox, &ringAccepting)
+        for request in ringAccepting { accept(request, stopping: stopping) }
+        ringAccepting.removeAll(keepingCapacity: true)
     }
 
     /// Ring thread: runs the drains scheduled before this call, in order.
