@@ -153,6 +153,12 @@ final class Bench {
             Case(workload: workload, system: "ringio-async", label: "RingIO IOChannel random, async read, \(inFlight)", check: .checksum) {
                 try RingIOCases.randomReadsAsync(source, offsets: all, depth: depth, expected: expectAll, timeout: timeout)
             },
+            Case(workload: workload, system: "ringio-ring", label: "RingIO IOChannel random, handler on IOEngine.queue, \(inFlight)", check: .checksum) {
+                try RingIOCases.randomReads(source, offsets: all, depth: depth, expected: expectAll, timeout: timeout, onRing: true)
+            },
+            Case(workload: workload, system: "ringio-async-ring", label: "RingIO IOChannel random, async read on IOEngine.queue, \(inFlight)", check: .checksum) {
+                try RingIOCases.randomReadsAsync(source, offsets: all, depth: depth, expected: expectAll, timeout: timeout, onRing: true)
+            },
             Case(workload: workload, system: "dispatchio", label: "DispatchIO random, \(inFlight)", check: .checksum) {
                 try DispatchIOCases.randomReads(source, offsets: few, depth: depth, expected: expectFew, timeout: timeout)
             },

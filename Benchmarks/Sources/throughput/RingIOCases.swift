@@ -100,9 +100,12 @@ enum RingIOCases {
         try writerClosed.wait("RingIO copy: writer cleanup", timeout: timeout)
     }
 
-    static func randomReads(_ path: String, offsets: [Int64], depth: Int, expected: UInt64, timeout: Double) throws -> Sample {
+    /// `onRing`: the handlers run on the engine's ring queue (`IOEngine.queue`,
+    /// the ring thread), and each starts the next read from there.
+    static func randomReads(_ path: String, offsets: [Int64], depth: Int, expected: UInt64, timeout: Double,
+                            onRing: Bool = false) throws -> Sample {
         let fd = try openFile(path, O_RDONLY)
-        let queue = IOQueue(label: "throughput.random")
+        let queue = onRing ? IOEngine.shared.queue : IOQueue(label: "throughput.random")
         let closed = Completion()
         let channel = IOChannel(kind: .random, fileDescriptor: FileDescriptor(rawValue: fd), queue: queue) { _ in
             close(fd)
@@ -149,16 +152,26 @@ enum RingIOCases {
     }
 
     /// `depth` tasks, each awaiting `read(offset:length:)` on one random channel in turn.
-    static func randomReadsAsync(_ path: String, offsets: [Int64], depth: Int, expected: UInt64, timeout: Double) throws -> Sample {
+    /// `onRing`: the tasks prefer the engine's ring queue as their executor,
+    /// so each resumes on the ring thread from its read's completion.
+    static func randomReadsAsync(_ path: String, offsets: [Int64], depth: Int, expected: UInt64, timeout: Double,
+                                 onRing: Bool = false) throws -> Sample {
         let channel = try IOChannel(kind: .random, path: FilePath(path), mode: .readOnly, queue: .global)
         defer { channel.close() }
         let checksums = ReadChecksums()
         let elapsed = try blocking("RingIO async random reads", timeout: timeout) {
             let start = now()
-            try await inFlight(count: offsets.count, depth: depth) { _, i in
-                let chunk = try await channel.read(offset: offsets[i], length: 4096)
-                guard chunk.count == 4096 else { throw BenchError("read \(chunk.count) bytes at \(offsets[i])") }
-                chunk.apply { _, at, bytes in checksums.add(bytes, at: offsets[i], from: at); return true }
+            let reads: @Sendable () async throws -> Void = {
+                try await inFlight(count: offsets.count, depth: depth) { _, i in
+                    let chunk = try await channel.read(offset: offsets[i], length: 4096)
+                    guard chunk.count == 4096 else { throw BenchError("read \(chunk.count) bytes at \(offsets[i])") }
+                    chunk.apply { _, at, bytes in checksums.add(bytes, at: offsets[i], from: at); return true }
+                }
+            }
+            if onRing {
+                try await withTaskExecutorPreference(IOEngine.shared.queue) { try await reads() }
+            } else {
+                try await reads()
             }
             return seconds(since: start)
         }

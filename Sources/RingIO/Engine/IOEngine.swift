@@ -47,7 +47,9 @@ public final class IOEngine: Sendable {
         /// How long an idle ring thread polls for new requests before it
         /// sleeps. Waking a sleeping thread costs 5–50 µs (more on virtual
         /// machines); a short poll makes a request that follows closely on the
-        /// previous one start at once. `.zero` never polls.
+        /// previous one start at once. `.zero` never polls. A poll that
+        /// finds it lost its CPU (a busy machine) stops, and polling pauses
+        /// for 100 ms: sleepers are woken instead.
         public var idleSpin: Duration
 
         /// Register the shared read-buffer pool's buffers with the ring and
@@ -95,6 +97,27 @@ public final class IOEngine: Sendable {
 
     let core: any EngineBackend
     let uring: UringBackend?
+
+    /// The engine's own serial queue: on io_uring, its items run on the ring
+    /// thread, between reaps.
+    ///
+    /// A handler delivered on it runs right after its completion is reaped,
+    /// with no thread wake-up, and what it submits enters the kernel with the
+    /// ring thread's next `io_uring_enter`, with no eventfd write. A task
+    /// whose executor preference is this queue (`Task(executorPreference:
+    /// engine.queue)`), or an actor whose executor it is, resumes from an
+    /// awaited read or write on the ring thread too.
+    ///
+    /// Keep its items short and never block in them (no `sync` onto a busy
+    /// queue, no semaphore, no blocking system call): while one runs, no
+    /// completion of the engine is reaped. Items run on the ring thread
+    /// except while a `sync` caller owns the queue (its block, and the items
+    /// ahead of it, run on the caller's thread, as with any serial queue),
+    /// and after the engine has shut down (the worker pool runs them).
+    ///
+    /// On the thread-pool backend it is an ordinary serial queue on the
+    /// worker pool.
+    public let queue: IOQueue
     #if DEBUG
     /// Debug builds: faults tests inject into this engine's requests.
     let faults = FaultInjector()
@@ -142,6 +165,7 @@ public final class IOEngine: Sendable {
                                                    fileSlots: Swift.max(0, Swift.min(configuration.registeredFileSlots, 32768)))
                 self.uring = uring
                 self.core = uring
+                self.queue = IOQueue(label: "ringio.engine", runner: uring)
                 self.backend = .ioUring
                 self.fallbackReason = nil
                 return
@@ -152,13 +176,15 @@ public final class IOEngine: Sendable {
         }
         self.uring = nil
         self.core = ThreadPoolBackend()
+        self.queue = IOQueue(label: "ringio.engine")
         self.backend = .threadPool
         self.fallbackReason = reason
     }
 
-    private init(threadPoolBecause reason: String) {
+    init(threadPoolBecause reason: String) {
         self.uring = nil
         self.core = ThreadPoolBackend()
+        self.queue = IOQueue(label: "ringio.engine")
         self.backend = .threadPool
         self.fallbackReason = reason
     }

@@ -54,23 +54,37 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     private var outstanding = 0
     private var wakeArmed = false
     private var local: [IORequest] = []
+    /// Requests submitted by the ring thread itself (handlers of the ring
+    /// queue, inline completions): no lock, no eventfd. See UringBackend+RingQueue.swift.
+    var ringInbox: [IORequest] = []
+    var ringAccepting: [IORequest] = []
+    /// Ring queues whose drain the ring thread runs next.
+    var ringDrains: [IOQueue] = []
+    var ringDrainsRunning: [IOQueue] = []
+    /// The ring thread has seen `stopping` (ring thread only).
+    var ringStopping = false
 
-    /// How long an idle ring thread polls for new work before it sleeps.
-    let spinNanoseconds: UInt64
+    /// How long an idle ring thread polls for new work before it sleeps
+    /// (paused while the machine is busy: see `IdleSpin`).
+    let spin: IdleSpin
+    var spinNanoseconds: UInt64 { spin.budget }
     /// Set by submitters when the inbox gains work; polled while spinning.
-    private let hasWork = Atomic<Bool>(false)
+    let hasWork = Atomic<Bool>(false)
 
     // Shared, under `lock`.
-    private let lock = ConditionLock()
+    let lock = ConditionLock()
     private var inbox: [IORequest] = []
+    /// Ring queues scheduled from other threads (under `lock`).
+    var drainInbox: [IOQueue] = []
+    private var localDrains: [IOQueue] = []
     /// The ring thread waits in `io_uring_enter`: wake it with the eventfd.
     private var sleeping = false
     /// The ring thread has nothing in the kernel and waits on `lock`'s
     /// condition: a futex wake-up, several times cheaper than the eventfd path.
     private var idleSleeping = false
     private var wakePending = false
-    private var stopping = false
-    private var stopped = false
+    var stopping = false
+    var stopped = false
 
     /// `io_uring_enter` calls so far, for tests and benchmarks.
     private let enterCounter = Atomic<UInt64>(0)
@@ -78,7 +92,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
 
     private init(ring: UnsafeMutablePointer<io_uring>, eventFD: Int32, description: String, spinNanoseconds: UInt64,
                  tables: RingTables) {
-        self.spinNanoseconds = spinNanoseconds
+        self.spin = IdleSpin(budget: spinNanoseconds)
         self.tables = tables
         self.ring = ring
         self.eventFD = eventFD
@@ -166,6 +180,10 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     // MARK: - submission (any thread)
 
     func submit(_ request: IORequest) {
+        if isRingThread {
+            submitFromRing(request)
+            return
+        }
         lock.lock()
         if stopped {
             lock.unlock()
@@ -180,6 +198,10 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     }
 
     func submit(contentsOf requests: [IORequest]) {
+        if isRingThread {
+            for r in requests { submitFromRing(r) }
+            return
+        }
         lock.lock()
         if stopped {
             lock.unlock()
@@ -196,7 +218,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     /// With `lock` held: wakes an idle ring thread (condition variable) or
     /// says that one sleeping in `io_uring_enter` needs the eventfd written.
     @inline(__always)
-    private func wakeLocked() -> Bool {
+    func wakeLocked() -> Bool {
         if idleSleeping {
             idleSleeping = false
             lock.signal()
@@ -209,7 +231,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         return false
     }
 
-    private func signalEventFD() {
+    func signalEventFD() {
         var one: UInt64 = 1
         while write(eventFD, &one, 8) < 0 && cliburing_errno() == EINTR {}
     }
@@ -233,16 +255,25 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         var results: [(UInt64, Int32)] = []
         results.reserveCapacity(256)
         var cancelledEverything = false
+        markRingThread()
 
         while true {
             // 1. Take what arrived.
             lock.lock()
             swap(&inbox, &local)
+            swap(&drainInbox, &localDrains)
             hasWork.store(false, ordering: .relaxed)
             let stop = stopping
             lock.unlock()
+            ringStopping = stop
+            ringDrains.append(contentsOf: localDrains)
+            localDrains.removeAll(keepingCapacity: true)
+            // The ring queue's items (handlers whose completions were reaped
+            // last turn, work enqueued on it), then what they submitted.
+            runRingDrains()
             for request in local { accept(request, stopping: stop) }
             local.removeAll(keepingCapacity: true)
+            acceptRingInbox(stopping: stop)
 
             if stop {
                 if !cancelledEverything {
@@ -253,7 +284,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                     }
                     cancelAllInFlight()
                 }
-                if outstanding == 0 { break }
+                if outstanding == 0 && ringDrains.isEmpty { break }
             } else if !wakeArmed {
                 armWake()
             }
@@ -264,18 +295,16 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             // 3. Idle (nothing in the kernel but the eventfd read): sleep on the
             //    condition variable, the cheapest wake-up for the next submitter.
             if !stop && outstanding <= (wakeArmed ? 1 : 0) && backlog.isEmpty && cancels.isEmpty
-                && cliburing_cq_ready(ring) == 0 {
+                && ringDrains.isEmpty && ringInbox.isEmpty && cliburing_cq_ready(ring) == 0 {
                 if io_uring_sq_ready(ring) > 0 {
                     enterCounter.add(1, ordering: .relaxed)
                     _ = io_uring_submit(ring)
                 }
-                // Spin a little first: a thread wake-up costs tens of µs on a VM.
-                if spinNanoseconds > 0 {
-                    let deadline = monotonicNanoseconds() &+ spinNanoseconds
-                    while !hasWork.load(ordering: .acquiring) && monotonicNanoseconds() < deadline {}
-                }
+                // Spin a little first: a thread wake-up costs tens of µs on a VM
+                // (unless the machine is busy: see `IdleSpin`).
+                _ = spin.poll { hasWork.load(ordering: .acquiring) }
                 lock.lock()
-                while inbox.isEmpty && !stopping {
+                while inbox.isEmpty && drainInbox.isEmpty && !stopping {
                     idleSleeping = true
                     lock.wait()
                 }
@@ -286,9 +315,9 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
 
             // 4. Submit; reap; wait for a completion if there is nothing else to do.
             var waiting = false
-            if cliburing_cq_ready(ring) == 0 && outstanding > 0 {
+            if cliburing_cq_ready(ring) == 0 && outstanding > 0 && ringDrains.isEmpty && ringInbox.isEmpty {
                 lock.lock()
-                if inbox.isEmpty || stop {
+                if (inbox.isEmpty && drainInbox.isEmpty) || stop {
                     sleeping = true
                     waiting = true
                 }
@@ -325,16 +354,21 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
 
         io_uring_queue_exit(ring)
         close(eventFD)
-        let leftovers = lock.withLock { () -> [IORequest] in
+        let (leftovers, drains) = lock.withLock { () -> ([IORequest], [IOQueue]) in
             stopped = true
-            defer { inbox = [] }
-            return inbox
+            defer { inbox = []; drainInbox = [] }
+            return (inbox, drainInbox)
         }
-        for r in leftovers { r.completion(-ECANCELED) }
+        unmarkRingThread()
+        for r in leftovers + ringInbox { r.completion(-ECANCELED) }
+        ringInbox = []
+        // The ring thread is gone: the pool runs what is left of the ring queues.
+        for q in drains + ringDrains { WorkerPool.shared.submit(.drain(q)) }
+        ringDrains = []
     }
 
     /// Ring thread: sorts a new request into the backlog, or handles a cancel.
-    private func accept(_ request: IORequest, stopping: Bool) {
+    func accept(_ request: IORequest, stopping: Bool) {
         if stopping {
             request.engineState = .done
             request.completion(-ECANCELED)
@@ -419,55 +453,6 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                 request.engineState = .inFlight
                 outstanding += 1
             }
-        }
-    }
-
-    private func prepare(_ sqe: UnsafeMutablePointer<io_uring_sqe>, _ request: IORequest) {
-        switch request.operation {
-        case .nop:
-            io_uring_prep_nop(sqe)
-        case .read(let fd, let buffer, let offset):
-            if let fixed = request.fixedBuffer, let index = tables.index(for: fixed) {
-                io_uring_prep_read_fixed(sqe, fd, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset),
-                                         index)
-            } else {
-                io_uring_prep_read(sqe, fd, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset))
-            }
-        case .readv(let fd, let iovecs, let count, let offset):
-            io_uring_prep_readv(sqe, fd, iovecs, UInt32(count), UInt64(bitPattern: offset))
-        case .write(let fd, let buffer, let offset):
-            if let fixed = request.fixedBuffer, let index = tables.index(for: fixed) {
-                io_uring_prep_write_fixed(sqe, fd, buffer.baseAddress, UInt32(buffer.count),
-                                          UInt64(bitPattern: offset), index)
-            } else {
-                io_uring_prep_write(sqe, fd, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset))
-            }
-        case .writev(let fd, let iovecs, let count, let offset):
-            io_uring_prep_writev(sqe, fd, iovecs, UInt32(count), UInt64(bitPattern: offset))
-        case .openat(let directory, let path, let flags, let mode):
-            io_uring_prep_openat(sqe, directory, path, flags, mode_t(mode))
-        case .statx(let directory, let path, let flags, let mask, let buffer):
-            cliburing_prep_statx(sqe, directory, path, flags, mask, buffer)
-        case .close(let fd):
-            io_uring_prep_close(sqe, fd)
-        case .fsync(let fd, let dataOnly):
-            io_uring_prep_fsync(sqe, fd, dataOnly ? UInt32(IORING_FSYNC_DATASYNC) : 0)
-        case .poll(let fd, let events):
-            io_uring_prep_poll_add(sqe, fd, events)
-        case .renameat(let oldDirectory, let oldPath, let newDirectory, let newPath, let flags):
-            io_uring_prep_renameat(sqe, oldDirectory, oldPath, newDirectory, newPath, flags)
-        case .unlinkat(let directory, let path, let flags):
-            io_uring_prep_unlinkat(sqe, directory, path, flags)
-        case .splice(let input, let inputOffset, let output, let outputOffset, let length):
-            io_uring_prep_splice(sqe, input, inputOffset, output, outputOffset, UInt32(length), 0)
-        case .cancel:
-            fatalError("unreachable: cancels are prepared in fill()")
-        }
-        if request.forceAsync { cliburing_sqe_add_flags(sqe, cliburing_iosqe_async()) }
-        // A registered fd: the SQE names its table index instead.
-        if let slot = request.fixedFile, let index = tables.index(for: slot, backend: self) {
-            sqe.pointee.fd = index
-            cliburing_sqe_use_fixed_file(sqe)
         }
     }
 

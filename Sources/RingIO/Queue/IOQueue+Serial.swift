@@ -49,8 +49,16 @@ extension IOQueue {
         switch handoff {
         case .none: break
         case .grant(let waiter, let drain): waiter.grant(drain: drain)
-        case .submitDrain: WorkerPool.shared.submit(.drain(self))
+        case .submitDrain: submitDrain()
         }
+    }
+
+    /// Hands the drain job to the queue's runner (the ring thread of an
+    /// engine's queue), or to the worker pool when it has none or it stopped.
+    @inline(__always)
+    func submitDrain() {
+        if let runner, runner.scheduleDrain(self) { return }
+        WorkerPool.shared.submit(.drain(self))
     }
 
     /// Makes the calling thread the owner of this serial queue: at once when
@@ -155,6 +163,14 @@ extension IOQueue {
             }
         }
     }
+}
+
+/// A thread that runs serial queues' drain jobs itself: an engine's ring
+/// thread runs those of `IOEngine.queue` between reaps.
+protocol QueueRunner: AnyObject, Sendable {
+    /// Arranges for `queue.drainSerial()` to run soon on the runner's thread;
+    /// `false` when the runner has stopped (the pool runs it instead).
+    func scheduleDrain(_ queue: IOQueue) -> Bool
 }
 
 /// A `sync` caller waiting for its turn on a queue.

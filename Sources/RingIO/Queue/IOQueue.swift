@@ -1,7 +1,8 @@
 /// A queue of work items that run on RingIO's own worker threads.
 ///
-/// Every completion handler of the library runs on an `IOQueue`, never on the
-/// engine's ring thread and never on a Dispatch queue.
+/// Every completion handler of the library runs on an `IOQueue`, never on a
+/// Dispatch queue, and on the engine's ring thread only when that queue is
+/// the engine's own, `IOEngine.queue`.
 ///
 /// - A **serial** queue runs one item at a time, in submission order. It can be
 ///   an actor's executor (see `IOQueue+Executor.swift`).
@@ -61,6 +62,10 @@ public final class IOQueue: Sendable {
 
     let state = Locked(State())
 
+    /// Where a serial queue's drain runs instead of the worker pool (an
+    /// engine's ring thread, for `IOEngine.queue`); `nil`: the pool.
+    let runner: (any QueueRunner)?
+
     /// Creates a queue.
     ///
     /// - Parameters:
@@ -69,6 +74,14 @@ public final class IOQueue: Sendable {
     public init(label: String, kind: Kind = .serial) {
         self.label = label
         self.kind = kind
+        self.runner = nil
+    }
+
+    /// A serial queue whose items `runner` runs (on its own thread).
+    init(label: String, runner: any QueueRunner) {
+        self.label = label
+        self.kind = .serial
+        self.runner = runner
     }
 
     private static let _global = IOQueue(label: "ringio.global", kind: .concurrent)
@@ -106,7 +119,7 @@ public final class IOQueue: Sendable {
                 }
                 return false
             }
-            if schedule { WorkerPool.shared.submit(.drain(self)) }
+            if schedule { submitDrain() }
         case .concurrent:
             let start = state.withLock { s -> Bool in
                 if s.suspendCount == 0 && s.items.isEmpty && !s.barrierActive {

@@ -21,7 +21,8 @@ enum PoolJob: Sendable {
 /// adds one thread, up to `maximumThreads`. Threads beyond the base number exit
 /// after `extraIdleNanoseconds` without work. One idle worker at a time polls
 /// for `spinNanoseconds` before it sleeps, so that a handler enqueued right
-/// after the previous one starts without a thread wake-up. A blocked work item therefore
+/// after the previous one starts without a thread wake-up (not while the
+/// machine is busy: see `IdleSpin`). A blocked work item therefore
 /// delays other queues by a few milliseconds at most; it cannot starve them.
 final class WorkerPool: @unchecked Sendable {
     // @unchecked: every stored `var` is read and written only with `lock` held.
@@ -33,6 +34,8 @@ final class WorkerPool: @unchecked Sendable {
     static let maximumThreads = 64
     /// How long one idle worker polls for new work before it sleeps.
     static let spinNanoseconds: UInt64 = 50_000
+    /// The polling, paused while the machine is busy (see `IdleSpin`).
+    let spin = IdleSpin(budget: WorkerPool.spinNanoseconds)
 
     private let lock = ConditionLock()
     private let watchdogCondition: Condition
@@ -108,14 +111,13 @@ final class WorkerPool: @unchecked Sendable {
                 lock.lock()
                 continue
             }
-            if !spinning && Self.spinNanoseconds > 0 {
+            if !spinning && spin.allowed {
                 // Poll for a short while before sleeping: waking a sleeping
                 // thread costs 5–50 µs, more than most handlers take.
                 spinning = true
                 let seen = submissions.load(ordering: .acquiring)
                 lock.unlock()
-                let deadline = monotonicNanoseconds() &+ Self.spinNanoseconds
-                while submissions.load(ordering: .acquiring) == seen && monotonicNanoseconds() < deadline {}
+                _ = spin.poll { submissions.load(ordering: .acquiring) != seen }
                 lock.lock()
                 spinning = false
                 if !jobs.isEmpty { continue }

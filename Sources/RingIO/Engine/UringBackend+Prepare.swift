@@ -1,0 +1,58 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CLiburing
+
+extension UringBackend {
+    /// Ring thread: fills `sqe` for `request` (a cancel is prepared in `fill()`).
+    func prepare(_ sqe: UnsafeMutablePointer<io_uring_sqe>, _ request: IORequest) {
+        switch request.operation {
+        case .nop:
+            io_uring_prep_nop(sqe)
+        case .read(let fd, let buffer, let offset):
+            if let fixed = request.fixedBuffer, let index = tables.index(for: fixed) {
+                io_uring_prep_read_fixed(sqe, fd, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset),
+                                         index)
+            } else {
+                io_uring_prep_read(sqe, fd, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset))
+            }
+        case .readv(let fd, let iovecs, let count, let offset):
+            io_uring_prep_readv(sqe, fd, iovecs, UInt32(count), UInt64(bitPattern: offset))
+        case .write(let fd, let buffer, let offset):
+            if let fixed = request.fixedBuffer, let index = tables.index(for: fixed) {
+                io_uring_prep_write_fixed(sqe, fd, buffer.baseAddress, UInt32(buffer.count),
+                                          UInt64(bitPattern: offset), index)
+            } else {
+                io_uring_prep_write(sqe, fd, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset))
+            }
+        case .writev(let fd, let iovecs, let count, let offset):
+            io_uring_prep_writev(sqe, fd, iovecs, UInt32(count), UInt64(bitPattern: offset))
+        case .openat(let directory, let path, let flags, let mode):
+            io_uring_prep_openat(sqe, directory, path, flags, mode_t(mode))
+        case .statx(let directory, let path, let flags, let mask, let buffer):
+            cliburing_prep_statx(sqe, directory, path, flags, mask, buffer)
+        case .close(let fd):
+            io_uring_prep_close(sqe, fd)
+        case .fsync(let fd, let dataOnly):
+            io_uring_prep_fsync(sqe, fd, dataOnly ? UInt32(IORING_FSYNC_DATASYNC) : 0)
+        case .poll(let fd, let events):
+            io_uring_prep_poll_add(sqe, fd, events)
+        case .renameat(let oldDirectory, let oldPath, let newDirectory, let newPath, let flags):
+            io_uring_prep_renameat(sqe, oldDirectory, oldPath, newDirectory, newPath, flags)
+        case .unlinkat(let directory, let path, let flags):
+            io_uring_prep_unlinkat(sqe, directory, path, flags)
+        case .splice(let input, let inputOffset, let output, let outputOffset, let length):
+            io_uring_prep_splice(sqe, input, inputOffset, output, outputOffset, UInt32(length), 0)
+        case .cancel:
+            fatalError("unreachable: cancels are prepared in fill()")
+        }
+        if request.forceAsync { cliburing_sqe_add_flags(sqe, cliburing_iosqe_async()) }
+        // A registered fd: the SQE names its table index instead.
+        if let slot = request.fixedFile, let index = tables.index(for: slot, backend: self) {
+            sqe.pointee.fd = index
+            cliburing_sqe_use_fixed_file(sqe)
+        }
+    }
+}
