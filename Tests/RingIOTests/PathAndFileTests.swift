@@ -191,4 +191,18 @@ struct PathAndFileTests {
         reader.cancel()
         #expect(await reader.value == Errno.canceled)
     }
+
+    @Test("chunks(follow: false) ends at the end of the file (it used to trap)", arguments: allBackends)
+    func followFalse(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let bytes = randomBytes(3000, seed: 91)
+        try writeFile(dir.file("log"), bytes)
+        let channel = try IOChannel(kind: .random, path: FilePath(dir.file("log")), mode: .readOnly, queue: .global,
+                                    engine: engine)
+        defer { channel.close() }
+        var received: [UInt8] = []
+        for try await chunk in channel.chunks(follow: false) { received += Array(chunk) }
+        #expect(received == bytes)
+    }
 }

@@ -22,16 +22,16 @@ extension IOChannel {
     /// - Parameters:
     ///   - offset: where to start (random channels; stream channels read at
     ///     the file position).
-    ///   - follow: `true` (the parameter names the behaviour; `false` is
-    ///     not accepted, use ``chunks(offset:length:)``).
+    ///   - follow: `true` to keep reading as the file grows; `false` ends
+    ///     the sequence at the end of the file, as ``chunks(offset:length:)``
+    ///     does.
     ///   - pollInterval: how long to wait at the end of the file before
     ///     looking again (default 100 ms).
     /// - Returns: an `AsyncSequence` of chunks that throws `Errno.canceled`
     ///   when the task is cancelled, and the read error if a read fails.
     public func chunks(offset: Int64 = 0, follow: Bool,
                        pollInterval: Duration = .milliseconds(100)) -> FollowedChunks {
-        precondition(follow, "chunks(follow: false) is chunks(offset:length:)")
-        return FollowedChunks(channel: self, offset: offset, pollInterval: pollInterval)
+        FollowedChunks(channel: self, offset: offset, follow: follow, pollInterval: pollInterval)
     }
 
     /// The chunks of a growing file: see ``chunks(offset:follow:pollInterval:)``.
@@ -43,10 +43,11 @@ extension IOChannel {
 
         let channel: IOChannel
         let offset: Int64
+        let follow: Bool
         let pollInterval: Duration
 
         public func makeAsyncIterator() -> Iterator {
-            Iterator(channel: channel, offset: offset, pollInterval: pollInterval)
+            Iterator(channel: channel, offset: offset, follow: follow, pollInterval: pollInterval)
         }
 
         /// The iterator: one read to the end of the file at a time, then a wait.
@@ -59,12 +60,14 @@ extension IOChannel {
             let channel: IOChannel
             /// Where the next read starts (random channels only).
             var offset: Int64
+            let follow: Bool
             let pollInterval: Duration
             var current: Chunks.Iterator?
 
-            init(channel: IOChannel, offset: Int64, pollInterval: Duration) {
+            init(channel: IOChannel, offset: Int64, follow: Bool, pollInterval: Duration) {
                 self.channel = channel
                 self.offset = offset
+                self.follow = follow
                 self.pollInterval = pollInterval
             }
 
@@ -76,8 +79,10 @@ extension IOChannel {
                         if channel.kind == .random { offset += Int64(chunk.count) }
                         return chunk
                     }
-                    // The end of the file, for now: look again after a while.
+                    // The end of the file, for now: look again after a while
+                    // (or, not following, the end of the sequence).
                     current = nil
+                    if !follow { return nil }
                     do {
                         try await Task.sleep(for: pollInterval)
                     } catch {
