@@ -18,10 +18,20 @@ private struct FakeHost: EntrySchedulerHost {
     var directMode = false
     var position: Int64? = 0
     var exclusive: Set<String> = []
+    /// Direct mode by alignment: a write runs alone unless it starts and
+    /// ends on a block boundary (a stream write whose start is not known
+    /// runs alone).
+    var block: Int64?
+    var notCoalescable: Set<String> = []
     func filePosition() -> Int64? { position }
     func needsExclusiveRun(_ operation: FakeOp, streamPosition: Int64?) -> Bool {
-        exclusive.contains(operation.name)
+        if let block, operation.ticket.isStream {
+            guard let streamPosition else { return true }
+            return streamPosition % block != 0 || (streamPosition + Int64(operation.ticket.length)) % block != 0
+        }
+        return exclusive.contains(operation.name)
     }
+    func mayCoalesce(_ operation: FakeOp) -> Bool { !notCoalescable.contains(operation.name) }
 }
 
 private typealias Scheduler = EntryScheduler<FakeOp, String, String>
@@ -33,6 +43,8 @@ private struct Driver {
     var started: [String] = []
     var startedOps: [FakeOp] = []
     var cleanups: [String] = []
+    /// The coalesced runs started: their writes and offset.
+    var runs: [(names: [String], offset: Int64)] = []
 
     mutating func note(_ items: [Scheduler.Item]) {
         for item in items {
@@ -41,6 +53,10 @@ private struct Driver {
                 started.append(op.name)
                 startedOps.append(op)
             case .barrier(let name): started.append(name)
+            case .writes(let ops, let offset):
+                started += ops.map(\.name)
+                startedOps += ops
+                runs.append((ops.map(\.name), offset))
             }
         }
     }
@@ -52,11 +68,19 @@ private struct Driver {
 
     @discardableResult
     mutating func stream(_ name: String, lane: Int = 0, write: Bool = false, pipelinable: Bool = false,
-                         length: Int = 4096) -> FakeOp {
+                         length: Int = 4096, regions: Int = 1) -> FakeOp {
         let op = FakeOp(name)
         note(scheduler.enqueue(op, stream: true, lane: lane, isWrite: write, pipelinable: pipelinable,
-                               length: length, host: host))
+                               length: length, regions: regions, host: host))
         return op
+    }
+
+    /// The writes of a coalesced run end (`intact`: every byte written),
+    /// then their last handler calls return.
+    mutating func finishRun(_ names: [String], intact: Bool = true) {
+        let ops = names.map { op(named: $0) }
+        note(scheduler.coalescedWritesEnded(ops, intact: intact, host: host))
+        for _ in ops { cleanups += scheduler.handlersReturned() ?? [] }
     }
 
     @discardableResult
@@ -206,59 +230,120 @@ struct EntrySchedulerTests {
         #expect(d.cleanups == ["c"])
     }
 
-    @Test("pipelined stream writes start together at consecutive offsets, at most maxPipelinedWrites at once")
-    func pipelineOffsets() {
+    @Test("pipelinable stream writes queued behind a busy lane go out together, as one run at the file position")
+    func coalescedRun() {
         var d = Driver()
         d.host.position = 1000
-        let limit = Scheduler.maxPipelinedWrites
-        var ops: [FakeOp] = []
-        for i in 0..<(limit + 2) { ops.append(d.stream("w\(i)", write: true, pipelinable: true, length: 100)) }
-        #expect(d.started.count == limit)
-        for (i, op) in ops.prefix(limit).enumerated() {
-            #expect(op.ticket.pipelineBase == 1000 + Int64(i * 100))
-        }
-        // The run is released in order: the second ending first releases nothing.
-        let early = d.scheduler.pipelinedWriteEnded(ops[1], succeeded: true, endPosition: 1200)
-        #expect(early.operations.isEmpty && early.position == nil)
-        let both = d.scheduler.pipelinedWriteEnded(ops[0], succeeded: true, endPosition: 1100)
-        #expect(both.operations.map { $0.0.name } == ["w0", "w1"])
-        #expect(both.operations.allSatisfy { !$0.canceled })
-        #expect(both.position == 1200)
-        d.note(d.scheduler.operationFinishedIO(ops[0], host: d.host))
-        d.note(d.scheduler.operationFinishedIO(ops[1], host: d.host))
-        // Two released: two more join the run, where it will end.
-        #expect(d.started.count == limit + 2)
-        #expect(ops[limit].ticket.pipelineBase == 1000 + Int64(limit * 100))
+        let w0 = d.stream("w0", write: true, pipelinable: true, length: 100)
+        for i in 1...5 { d.stream("w\(i)", write: true, pipelinable: true, length: 100) }
+        // Alone on a free lane: it starts as any operation.
+        #expect(d.started == ["w0"] && d.runs.isEmpty)
+        d.host.position = 1100
+        d.finish(w0)
+        #expect(d.runNames == [["w1", "w2", "w3", "w4", "w5"]])
+        #expect(d.runOffsets == [1100])
+        #expect(d.scheduler.running == 5 && d.scheduler.queued == 0)
+        // A write queued while the run is out waits for it.
+        d.stream("w6", write: true, pipelinable: true, length: 100)
+        #expect(d.started.count == 6)
+        d.finishRun(["w1", "w2", "w3", "w4", "w5"])
+        #expect(d.started.last == "w6" && d.runs.count == 1)
+        d.finish(d.op(named: "w6"))
+        #expect(d.scheduler.running == 0 && d.scheduler.queued == 0 && d.scheduler.handlersOutstanding == 0)
     }
 
-    @Test("a failed pipelined write cancels the later writes of its run; the position stays at its end")
-    func pipelineFailure() {
-        var d = Driver()
-        let ops = (0..<4).map { d.stream("w\($0)", write: true, pipelinable: true, length: 100) }
-        #expect(d.started.count == 4)
-        _ = d.scheduler.pipelinedWriteEnded(ops[3], succeeded: true, endPosition: 400)
-        _ = d.scheduler.pipelinedWriteEnded(ops[2], succeeded: true, endPosition: 300)
-        let failed = d.scheduler.pipelinedWriteEnded(ops[1], succeeded: false, endPosition: 150)
-        #expect(failed.operations.isEmpty)
-        let release = d.scheduler.pipelinedWriteEnded(ops[0], succeeded: true, endPosition: 100)
-        #expect(release.operations.map { $0.0.name } == ["w0", "w1", "w2", "w3"])
-        #expect(release.operations.map { $0.canceled } == [false, false, true, true])
-        #expect(release.position == 150)
-    }
-
-    @Test("a stream operation that is not a pipelinable write waits for the whole run, and the run for it")
-    func pipelineAndOthers() {
+    @Test("a run holds at most maxCoalescedRegions iovecs and maxCoalescedBytes; the rest follows in the next run")
+    func coalescedLimits() {
         var d = Driver()
         let w0 = d.stream("w0", write: true, pipelinable: true)
-        let r = d.stream("r")
-        d.stream("w1", write: true, pipelinable: true)
-        #expect(d.started == ["w0"])
-        let release = d.scheduler.pipelinedWriteEnded(w0, succeeded: true, endPosition: 4096)
-        #expect(release.operations.count == 1)
+        let regions = Scheduler.maxCoalescedRegions / 4
+        for i in 1...6 { d.stream("r\(i)", write: true, pipelinable: true, length: 10, regions: regions) }
+        let big = Scheduler.maxCoalescedBytes / 2
+        for i in 1...3 { d.stream("b\(i)", write: true, pipelinable: true, length: big) }
         d.finish(w0)
-        #expect(d.started == ["w0", "r"])
-        d.finish(r)
-        #expect(d.started == ["w0", "r", "w1"])
+        #expect(d.runNames == [["r1", "r2", "r3", "r4"]])
+        d.finishRun(["r1", "r2", "r3", "r4"])
+        #expect(d.runs.last?.names == ["r5", "r6", "b1"])
+        d.finishRun(["r5", "r6", "b1"])
+        #expect(d.runs.last?.names == ["b2", "b3"])
+    }
+
+    @Test("an operation that is not a pipelinable write, or may not be coalesced, splits the runs; withdrawn writes are left out")
+    func coalescedSplits() {
+        var d = Driver()
+        d.host.notCoalescable = ["odd"]
+        let w0 = d.stream("w0", write: true, pipelinable: true)
+        d.stream("w1", write: true, pipelinable: true)
+        let gone = d.stream("gone", write: true, pipelinable: true)
+        d.stream("w2", write: true, pipelinable: true)
+        d.stream("r")
+        d.stream("w3", write: true, pipelinable: true)
+        d.stream("odd", write: true, pipelinable: true)
+        d.stream("w4", write: true, pipelinable: true)
+        d.stream("w5", write: true, pipelinable: true)
+        let withdrew = d.scheduler.withdraw(gone)
+        #expect(withdrew)
+        _ = d.scheduler.handlersReturned()
+        d.finish(w0)
+        #expect(d.runNames == [["w1", "w2"]])
+        d.finishRun(["w1", "w2"])
+        #expect(d.started.last == "r")
+        d.finish(d.op(named: "r"))
+        // w3 is followed by a write that may not join: it goes alone, and so does that one.
+        #expect(d.started.last == "w3" && d.runs.count == 1)
+        d.finish(d.op(named: "w3"))
+        #expect(d.started.last == "odd" && d.runs.count == 1)
+        d.finish(d.op(named: "odd"))
+        #expect(d.runs.last?.names == ["w4", "w5"])
+        d.finishRun(["w4", "w5"])
+        #expect(d.scheduler.running == 0 && d.scheduler.queued == 0 && d.scheduler.handlersOutstanding == 0)
+    }
+
+    @Test("direct I/O: whole-block stream writes queued behind a running one are admitted where it will end, and coalesce")
+    func coalescedDirect() {
+        var d = Driver()
+        d.host.directMode = true
+        d.host.block = 4096
+        let w0 = d.stream("w0", write: true, pipelinable: true, length: 4096)
+        d.stream("w1", write: true, pipelinable: true, length: 4096)
+        d.stream("w2", write: true, pipelinable: true, length: 8192)
+        // A partial block: it must run alone, once everything before it ended.
+        d.stream("part", write: true, pipelinable: false, length: 100)
+        d.random("x")
+        #expect(d.started == ["w0"])
+        d.host.position = 4096
+        d.finish(w0)
+        #expect(d.runNames == [["w1", "w2"]] && d.runOffsets == [4096])
+        #expect(!d.scheduler.exclusiveRunning)
+        d.host.position = 16384
+        d.finishRun(["w1", "w2"])
+        #expect(d.started.suffix(1) == ["part"] && d.scheduler.exclusiveRunning)
+        d.finish(d.op(named: "part"))
+        #expect(d.started.last == "x")
+    }
+
+    @Test("a run that stopped short forgets where the writes behind it would start (direct I/O asks the file again)")
+    func coalescedShortRun() {
+        var d = Driver()
+        d.host.directMode = true
+        d.host.block = 4096
+        let w0 = d.stream("w0", write: true, pipelinable: true, length: 4096)
+        d.stream("w1", write: true, pipelinable: true, length: 4096)
+        d.stream("w2", write: true, pipelinable: true, length: 4096)
+        d.host.position = 4096
+        d.finish(w0)
+        #expect(d.runNames == [["w1", "w2"]])
+        // Admitted while the run is out, at its projected end.
+        d.stream("w3", write: true, pipelinable: true, length: 4096)
+        #expect(!d.scheduler.exclusiveRunning)
+        // The run stopped after 100 bytes: w4's start is unknown, it waits to run alone.
+        d.host.position = 4196
+        d.finishRun(["w1", "w2"], intact: false)
+        #expect(d.started.last == "w3")
+        d.stream("w4", write: true, pipelinable: true, length: 4096)
+        #expect(d.started.last == "w3")
+        d.finish(d.op(named: "w3"))
+        #expect(d.started.last == "w4" && d.scheduler.exclusiveRunning)
     }
 
     @Test("in direct-I/O mode a write that needs a read-modify-write runs alone, like a barrier")
@@ -309,6 +394,9 @@ struct EntrySchedulerTests {
 }
 
 extension Driver {
+    var runNames: [[String]] { runs.map { $0.names } }
+    var runOffsets: [Int64] { runs.map { $0.offset } }
+
     /// A started operation by name (tests keep few).
     fileprivate func op(named name: String) -> FakeOp {
         startedOps.first { $0.name == name }!

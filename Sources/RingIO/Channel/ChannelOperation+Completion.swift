@@ -180,7 +180,6 @@ extension ChannelOperation {
             return
         }
         ioDone = true
-        let pipelined = pipelineBase != nil && ranOnEntry
         var succeeded = false
         if case .complete = end { succeeded = true }
         let endPosition = fileBase + Int64(ioHead) + Int64(transferred)
@@ -193,43 +192,21 @@ extension ChannelOperation {
                 _ = ftruncate(entry.fd, off_t(restoreLength))
             }
         }
-        guard pipelined, let entry else {
-            // The position first: the last handler call may read it, or hand
-            // the fd on (SEMANTICS.md, "Kinds").
-            if isStream && positional && ranOnEntry && positionTaken, let entry {
-                _ = lseek(entry.fd, off_t(endPosition), SEEK_SET)
-            }
-            deliverFinal(override: nil)
-            // The last call is queued before the next operation may start, so
-            // that on one serial queue the operations' handlers run in order.
-            if ranOnEntry { entry?.operationFinishedIO(self) }
-            return
+        // The position first: the last handler call may read it, or hand
+        // the fd on (SEMANTICS.md, "Kinds").
+        if isStream && positional && ranOnEntry && positionTaken, let entry {
+            _ = lseek(entry.fd, off_t(endPosition), SEEK_SET)
         }
-        // A pipelined stream write: the entry releases the writes of the run
-        // in submission order, once each one's predecessors have ended, and
-        // queues their last calls under its lock, so that a later write's
-        // calls cannot be queued before an earlier one's.
-        let ready = entry.pipelinedWriteEnded(self, succeeded: succeeded, endPosition: endPosition)
-        for (operation, runInline) in ready where runInline { operation.runInlineDeliveries() }
-        for (operation, _) in ready { entry.operationFinishedIO(operation) }
-    }
-
-    /// Queues the last handler calls and runs them if the operation is inline.
-    func deliverFinal(override: Errno?) {
-        if queueFinalDeliveries(override: override) { runInlineDeliveries() }
+        if queueFinalDeliveries() { runInlineDeliveries() }
+        // The last call is queued before the next operation may start, so
+        // that on one serial queue the operations' handlers run in order.
+        if ranOnEntry { entry?.operationFinishedIO(self) }
     }
 
     /// Queues the last handler calls; returns whether the caller must run
-    /// them (inline operations), once it holds no lock. `override`: an
-    /// earlier write of the same pipelined run failed, so this one reports
-    /// all its bytes as unwritten with that error, whatever landed past the
-    /// failure point.
-    func queueFinalDeliveries(override: Errno?) -> Bool {
+    /// them (inline operations), once it holds no lock.
+    func queueFinalDeliveries() -> Bool {
         lock.lock()
-        if let override {
-            end = .failed(override)
-            transferred = 0
-        }
         let end = self.end!
         let high = settings.deliverySize(positional: positional)
         var schedule = false

@@ -78,10 +78,10 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
     enum Direction { case read, write }
 
     /// A stream write on a regular file (not `O_APPEND`) that goes out as one
-    /// request and has no interval: it may start while earlier stream writes
-    /// of its fd still run. Such a write makes exactly one handler call, its
-    /// last, and the entry releases those in submission order, so pipelining
-    /// changes no handler sequence.
+    /// request and has no interval: it may go out in one `pwritev` with the
+    /// stream writes queued next to it (`CoalescedWrite`). Such a write makes
+    /// exactly one handler call, its last, and the entry queues those in
+    /// submission order, so coalescing changes no handler sequence.
     var isPipelinableWrite: Bool {
         isStream && direction == .write && settings.interval == nil
             && length <= Swift.min(IOChannel.chunkSize, Swift.max(settings.high, 4096))
@@ -110,6 +110,18 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
         return start % a != 0 || (start &+ Int64(length)) % a != 0
     }
 
+    /// In direct-I/O mode: whether this write's bytes may go to the file as
+    /// they are, in a `pwritev` with others (each region aligned in memory
+    /// and a whole number of blocks long).
+    func mayCoalesce(_ alignment: DirectAlignment) -> Bool {
+        var aligned = true
+        data.apply { _, _, bytes in
+            aligned = Int(bitPattern: bytes.baseAddress) % alignment.memory == 0 && bytes.count % alignment.offset == 0
+            return aligned
+        }
+        return aligned
+    }
+
     static let maxInFlight = 4
     static let maxDirectInFlight = 8
     static let maxBufferedBytes = 8 * IOChannel.chunkSize
@@ -132,10 +144,6 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
     /// The entry's scheduling state of this operation: read and written only
     /// under the entry's lock (`EntryScheduler`).
     var ticket = SchedulerTicket()
-    /// A stream write started while earlier writes of its lane still run:
-    /// the offset the entry assigned it (where the earlier ones will end).
-    /// Copied from the ticket by `start()`, under the operation's lock.
-    var pipelineBase: Int64?
 
     enum End {
         case complete, endOfFile, failed(Errno)
@@ -182,6 +190,9 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
     var started = false
     var stopped = false
     var ioDone = false
+    /// It went out in a coalesced `pwritev` (`CoalescedWrite`), which
+    /// reports its result; a stop no longer reaches it.
+    var coalesced = false
     var positional = false
     /// A stream operation on a file read the position it starts at (and
     /// moves it when it ends).
@@ -268,9 +279,7 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
         guard let entry else { return }
         var requests: [IORequest] = []
         var finishNow = false
-        let assignedBase = isStream ? entry.pipelineBase(of: self) : nil
         lock.lock()
-        pipelineBase = assignedBase
         started = true
         if stopped {
             end = .failed(.canceled)
@@ -285,9 +294,6 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
             if random {
                 let (sum, overflow) = channelBase.addingReportingOverflow(userOffset)
                 if overflow || sum < 0 { end = .failed(.invalidArgument) } else { fileBase = sum }
-            } else if let pipelineBase {
-                fileBase = pipelineBase
-                positionTaken = true
             } else if positional {
                 let position = lseek(entry.fd, 0, SEEK_CUR)
                 if position < 0 {
@@ -340,6 +346,7 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
         let (wasStarted, inFlightRequests, finishNow) = lock.withLock { () -> (Bool, [IORequest], Bool) in
             if stopped || ioDone { return (true, [], false) }
             stopped = true
+            if coalesced { return (true, [], false) }
             // Nothing in flight (read-ahead waits for the handler): end now.
             if started && inFlight == 0 && end == nil {
                 _ = advanceLocked()
@@ -360,6 +367,38 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
             return
         }
         for request in inFlightRequests { engine.cancel(request) }
+    }
+
+    /// The entry put this write in a coalesced `pwritev`: false if it was
+    /// stopped first (it is left out, and reports all its bytes unwritten).
+    func beginCoalesced() -> Bool {
+        lock.withLock {
+            started = true
+            positional = true
+            coalesced = !stopped
+            return coalesced
+        }
+    }
+
+    /// This write's share of its coalesced `pwritev`: ends its I/O and queues
+    /// its last handler call (the entry's lock is held). Returns whether the
+    /// caller must run it, once it holds no lock (inline operations).
+    func finishCoalesced(_ outcome: CoalescedWrite.Outcome) -> Bool {
+        lock.withLock {
+            ioDone = true
+            switch outcome {
+            case .written:
+                transferred = length
+                end = .complete
+            case .cut(let bytes, let error):
+                transferred = bytes
+                end = .failed(error)
+            case .untouched(let error):
+                transferred = 0
+                end = .failed(error)
+            }
+        }
+        return queueFinalDeliveries()
     }
 
     /// Bytes requested from the file but not yet handled by the handler

@@ -20,15 +20,13 @@ struct SchedulerTicket {
     var lane = 0
     /// A write (asked whether it must run alone in direct-I/O mode).
     var isWrite = false
-    /// A stream write that may join the running pipelined writes.
+    /// A stream write that may go out in one `pwritev` with the stream
+    /// writes queued next to it (`EntryScheduler.Item.writes`).
     var pipelinable = false
     /// Its length in bytes.
     var length = 0
-    /// A pipelined write: the offset it was given (where the earlier writes
-    /// of its run end).
-    var pipelineBase: Int64?
-    /// A pipelined write's I/O ended: whether it succeeded, and where it ended.
-    var pipelineResult: (succeeded: Bool, endPosition: Int64)?
+    /// How many memory regions its bytes are in (one iovec each).
+    var regions = 1
     /// It runs alone on its entry (a direct write's read-modify-write).
     var ranExclusive = false
 }
@@ -51,6 +49,10 @@ protocol EntrySchedulerHost<Operation> {
     /// starting at `streamPosition` (`nil`: a stream write whose start is
     /// not known yet).
     func needsExclusiveRun(_ operation: Operation, streamPosition: Int64?) -> Bool
+    /// Whether the pipelinable write `operation` may go out in one
+    /// `pwritev` with others now (in direct-I/O mode: its regions are
+    /// aligned in memory and in length).
+    func mayCoalesce(_ operation: Operation) -> Bool
 }
 
 /// The scheduling rules of the channels of one fd, as a value: which
@@ -60,7 +62,7 @@ protocol EntrySchedulerHost<Operation> {
 /// ```
 ///  incoming (in submission order)          lanes (stream ops, admitted)
 ///  ┌──────┬─────────┬──────┐  admit  ┌─ lane 0: op A ─ op C ─▶ one at a time
-///  │ op A │ barrier │ op D │ ──────▶ └─ lane 1: op B ─────────▶ (or a pipelined run)
+///  │ op A │ barrier │ op D │ ──────▶ └─ lane 1: op B ─────────▶ (or writes as one pwritev)
 ///  └──────┴─────────┴──────┘        random ops: start when admitted
 /// ```
 ///
@@ -71,22 +73,33 @@ protocol EntrySchedulerHost<Operation> {
 /// admission resumes once it is over. Every step costs O(1): each item is
 /// admitted once, started once and ended once, whatever the queue length.
 ///
-/// A regular file's stream writes that `pipelinable` marks may start while
-/// earlier ones of the run still run (up to `maxPipelinedWrites`), at the
-/// offset where those will end; `pipelinedWriteEnded` releases them in order.
+/// A regular file's stream writes that `pipelinable` marks and that are
+/// queued one after the other when their lane frees go out together: one
+/// `pwritev` at the file position (`Item.writes`), up to
+/// `maxCoalescedRegions` iovecs and `maxCoalescedBytes`, and they end
+/// together (`coalescedWritesEnded`). A lone one starts as any operation.
 struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup> {
     enum Item {
         case operation(Operation)
         case barrier(Barrier)
+        /// Stream writes to go out as one `pwritev` at `offset`, in order.
+        case writes([Operation], offset: Int64)
     }
 
-    /// How many stream writes of a regular file may run at once. (A log of
-    /// 64 KiB records, all queued: 0.57 GiB/s with 4, 0.62 with 8, 0.83 with
-    /// 16, 0.86 with 32; io_uring hands buffered ext4 writes to one io-wq
-    /// worker per file, so deeper queues only hide per-request costs.)
-    static var maxPipelinedWrites: Int { 16 }
+    /// IOV_MAX: the most iovecs one `pwritev` takes.
+    static var maxCoalescedRegions: Int { 1024 }
+    /// The most bytes one coalesced `pwritev` carries (a lone write may be
+    /// larger). Big enough that the per-request cost vanishes; small enough
+    /// that the writes queued behind it wait little.
+    static var maxCoalescedBytes: Int { 4 << 20 }
 
-    private var incoming = RingBuffer<Item>(initialCapacity: 4)
+    /// What waits to be admitted, in submission order.
+    private enum Queued {
+        case operation(Operation)
+        case barrier(Barrier)
+    }
+
+    private var incoming = RingBuffer<Queued>(initialCapacity: 4)
     private var lane0 = RingBuffer<Operation>(initialCapacity: 2)
     private var lane1 = RingBuffer<Operation>(initialCapacity: 2)
     /// Stream operations of each lane started whose I/O has not ended.
@@ -101,12 +114,12 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup> {
     private(set) var handlersOutstanding = 0
     private(set) var finished = false
     private var cleanups: [Cleanup] = []
-    /// The pipelined writes not yet released, in order; where the last will
-    /// end; whether one failed; where the file position goes after them.
-    private var run = RingBuffer<Operation>(initialCapacity: 2)
-    private var runPosition: Int64 = 0
-    private var runBroken = false
-    private var positionAfterRun: Int64 = 0
+    /// Where lane 0's stream writes admitted so far will leave the file
+    /// position, while that is known without asking (they are all
+    /// pipelinable writes, behind a running `pwritev`): the start of the
+    /// next one, for the direct-I/O alignment check. `nil`: ask the host
+    /// once the lane is free.
+    private var laneEnd: Int64?
 
     init(channels: Int = 0) {
         self.channels = channels
@@ -123,9 +136,10 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup> {
 
     /// Queues an operation; returns what may start now.
     mutating func enqueue(_ operation: Operation, stream: Bool, lane: Int, isWrite: Bool,
-                          pipelinable: Bool, length: Int, host: some EntrySchedulerHost<Operation>) -> [Item] {
+                          pipelinable: Bool, length: Int, regions: Int = 1,
+                          host: some EntrySchedulerHost<Operation>) -> [Item] {
         operation.ticket = SchedulerTicket(state: .queued, isStream: stream, lane: lane, isWrite: isWrite,
-                                           pipelinable: pipelinable, length: length)
+                                           pipelinable: pipelinable, length: length, regions: regions)
         handlersOutstanding += 1
         queued += 1
         incoming.append(.operation(operation))
@@ -152,15 +166,31 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup> {
     /// cleanups to run if that was the last thing the entry waited for.
     mutating func operationFinishedIO(_ operation: Operation,
                                       host: some EntrySchedulerHost<Operation>) -> ([Item], [Cleanup]?) {
+        end(operation)
+        let ready = pump(host)
+        return (ready, ready.isEmpty ? finishIfIdle() : nil)
+    }
+
+    /// The `pwritev` of coalesced writes (`Item.writes`) ended; `intact`:
+    /// every byte of it was written (else the position is not where the
+    /// writes admitted behind it expected).
+    mutating func coalescedWritesEnded(_ operations: [Operation], intact: Bool,
+                                       host: some EntrySchedulerHost<Operation>) -> ([Item], [Cleanup]?) {
+        for operation in operations { end(operation) }
+        if !intact { laneEnd = nil }
+        let ready = pump(host)
+        return (ready, ready.isEmpty ? finishIfIdle() : nil)
+    }
+
+    private mutating func end(_ operation: Operation) {
         precondition(operation.ticket.state == .running, "an operation ended twice or never started")
         operation.ticket.state = .finished
         running -= 1
         if operation.ticket.ranExclusive { exclusiveRunning = false }
         if operation.ticket.isStream {
             if operation.ticket.lane == 0 { occupants.0 -= 1 } else { occupants.1 -= 1 }
+            if occupants.0 == 0 && lane0.isEmpty { laneEnd = nil }
         }
-        let ready = pump(host)
-        return (ready, ready.isEmpty ? finishIfIdle() : nil)
     }
 
     /// A barrier returned.
@@ -183,57 +213,45 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup> {
         return finishIfIdle()
     }
 
-    /// The writes of a pipelined run that may report now, in order.
-    struct Release {
-        /// Each write, and whether it reports `.canceled` (an earlier write of
-        /// its run failed) instead of its own result.
-        var operations: [(Operation, canceled: Bool)] = []
-        /// Where the file position must be before their last calls run.
-        var position: Int64?
-    }
-
-    /// A pipelined write's I/O ended (it stays running until
-    /// `operationFinishedIO`): the writes of the run whose predecessors have
-    /// all ended are released in submission order.
-    mutating func pipelinedWriteEnded(_ operation: Operation, succeeded: Bool, endPosition: Int64) -> Release {
-        operation.ticket.pipelineResult = (succeeded, endPosition)
-        var release = Release()
-        while let head = run.first, let result = head.ticket.pipelineResult {
-            _ = run.popFirst()
-            if runBroken {
-                release.operations.append((head, true))
-            } else {
-                release.operations.append((head, false))
-                positionAfterRun = result.endPosition
-                if !result.succeeded { runBroken = true }
-            }
-        }
-        if !release.operations.isEmpty { release.position = positionAfterRun }
-        if run.isEmpty { runBroken = false }
-        return release
-    }
-
     // MARK: - the pump
 
     private var lanesEmpty: Bool { lane0.isEmpty && lane1.isEmpty }
 
     private func occupied(_ lane: Int) -> Int { lane == 0 ? occupants.0 : occupants.1 }
 
-    /// Admits and starts what the rules allow.
+    /// Admits and starts what the rules allow. Stream operations are all
+    /// admitted to their lanes before the lanes start, so that writes queued
+    /// together may go out together.
     private mutating func pump(_ host: some EntrySchedulerHost<Operation>) -> [Item] {
         var ready: [Item] = []
         if barrierRunning || exclusiveRunning { return ready }
+        let admitted = admit(&ready, host)
         startLane(0, &ready, host)
         startLane(1, &ready, host)
+        if admitted, let barrier = barrierReady(ready) { ready.append(barrier) }
+        return ready
+    }
+
+    /// A barrier at the head of `incoming` that may start now (the caller
+    /// started nothing, and nothing runs or waits in a lane).
+    private mutating func barrierReady(_ ready: [Item]) -> Item? {
+        guard case .barrier(let barrier) = incoming.first, running == 0 && lanesEmpty && ready.isEmpty else {
+            return nil
+        }
+        _ = incoming.popFirst()
+        queued -= 1
+        barrierRunning = true
+        return .barrier(barrier)
+    }
+
+    /// Admits items from `incoming` in order: starts random operations and
+    /// exclusive writes, queues stream operations in their lanes. Returns
+    /// true when it stopped at a barrier (or nothing is left).
+    private mutating func admit(_ ready: inout [Item], _ host: some EntrySchedulerHost<Operation>) -> Bool {
         while let item = incoming.first {
             switch item {
             case .barrier:
-                guard running == 0 && lanesEmpty && ready.isEmpty else { return ready }
-                _ = incoming.popFirst()
-                queued -= 1
-                barrierRunning = true
-                ready.append(item)
-                return ready
+                return true
             case .operation(let operation):
                 let ticket = operation.ticket
                 if ticket.state == .withdrawn {
@@ -242,72 +260,108 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup> {
                 }
                 if ticket.isWrite && host.directMode
                     && host.needsExclusiveRun(operation, streamPosition: streamPosition(of: ticket, host)) {
-                    guard running == 0 && lanesEmpty && ready.isEmpty else { return ready }
+                    guard running == 0 && lanesEmpty && ready.isEmpty else { return false }
                     _ = incoming.popFirst()
                     exclusiveRunning = true
                     operation.ticket.ranExclusive = true
                     begin(operation, &ready)
-                    return ready
+                    return false
                 }
                 _ = incoming.popFirst()
                 if ticket.isStream {
-                    if ticket.lane == 0 { lane0.append(operation) } else { lane1.append(operation) }
-                    startLane(ticket.lane, &ready, host)
+                    if ticket.lane == 0 {
+                        if !ticket.pipelinable {
+                            laneEnd = nil
+                        } else if let end = laneEnd {
+                            laneEnd = end &+ Int64(ticket.length)
+                        } else if host.directMode && lane0.isEmpty && occupants.0 == 0 {
+                            // Where the writes admitted behind it will start.
+                            laneEnd = host.filePosition().map { $0 &+ Int64(ticket.length) }
+                        }
+                        lane0.append(operation)
+                    } else {
+                        lane1.append(operation)
+                    }
                 } else {
                     begin(operation, &ready)
                 }
             }
         }
-        return ready
+        return true
     }
 
     /// Where a direct stream write would start if admitted now (`nil`: not
     /// known, it waits behind its lane).
     private func streamPosition(of ticket: SchedulerTicket, _ host: some EntrySchedulerHost<Operation>) -> Int64? {
         guard ticket.isStream else { return nil }
+        if ticket.lane == 0 && ticket.pipelinable, let laneEnd { return laneEnd }
         let waiting = ticket.lane == 0 ? lane0 : lane1
         guard waiting.isEmpty else { return nil }
-        if !run.isEmpty {
-            return ticket.pipelinable && run.count < Self.maxPipelinedWrites ? runPosition : nil
-        }
         return occupied(ticket.lane) == 0 ? host.filePosition() : nil
     }
 
-    /// Starts the head of `lane` while it may: alone on a free lane, or
-    /// joining the running pipelined writes.
+    private func head(_ lane: Int) -> Operation? { lane == 0 ? lane0.first : lane1.first }
+
+    private mutating func popHead(_ lane: Int) {
+        if lane == 0 { _ = lane0.popFirst() } else { _ = lane1.popFirst() }
+    }
+
+    /// Starts the head of `lane` once the lane is free: alone, or with the
+    /// pipelinable writes queued right behind it as one `pwritev`.
     private mutating func startLane(_ lane: Int, _ ready: inout [Item], _ host: some EntrySchedulerHost<Operation>) {
-        while let operation = lane == 0 ? lane0.first : lane1.first {
-            let ticket = operation.ticket
-            if ticket.state != .withdrawn {
-                if !run.isEmpty && ticket.pipelinable && run.count < Self.maxPipelinedWrites {
-                    // Join the running writes: start where they will end.
-                    operation.ticket.pipelineBase = runPosition
-                    runPosition &+= Int64(ticket.length)
-                    run.append(operation)
-                } else if occupied(lane) == 0 {
-                    if ticket.pipelinable, let position = host.filePosition() {
-                        operation.ticket.pipelineBase = position
-                        runPosition = position &+ Int64(ticket.length)
-                        positionAfterRun = position
-                        run.append(operation)
-                    }
-                } else {
-                    return
-                }
+        while let operation = head(lane) {
+            if operation.ticket.state == .withdrawn {
+                popHead(lane)
+                continue
             }
-            if lane == 0 { _ = lane0.popFirst() } else { _ = lane1.popFirst() }
-            if ticket.state != .withdrawn { begin(operation, &ready) }
+            guard occupied(lane) == 0 else { return }
+            popHead(lane)
+            guard operation.ticket.pipelinable, host.mayCoalesce(operation),
+                  let next = nextCoalescable(lane, host),
+                  operation.ticket.regions + next.ticket.regions <= Self.maxCoalescedRegions,
+                  operation.ticket.length + next.ticket.length <= Self.maxCoalescedBytes,
+                  let position = host.filePosition() else {
+                begin(operation, &ready)
+                continue
+            }
+            var batch = [operation, next]
+            var bytes = operation.ticket.length + next.ticket.length
+            var regions = operation.ticket.regions + next.ticket.regions
+            popHead(lane)
+            while let more = nextCoalescable(lane, host),
+                  regions + more.ticket.regions <= Self.maxCoalescedRegions,
+                  bytes + more.ticket.length <= Self.maxCoalescedBytes {
+                popHead(lane)
+                batch.append(more)
+                bytes += more.ticket.length
+                regions += more.ticket.regions
+            }
+            for write in batch { begin(write, nil) }
+            if lane == 0 && laneEnd == nil && lane0.isEmpty { laneEnd = position &+ Int64(bytes) }
+            ready.append(.writes(batch, offset: position))
         }
     }
 
+    /// The head of `lane` (withdrawn operations dropped) if it may join a
+    /// coalesced `pwritev`.
+    private mutating func nextCoalescable(_ lane: Int, _ host: some EntrySchedulerHost<Operation>) -> Operation? {
+        while let operation = head(lane), operation.ticket.state == .withdrawn { popHead(lane) }
+        guard let operation = head(lane), operation.ticket.pipelinable, host.mayCoalesce(operation) else { return nil }
+        return operation
+    }
+
     private mutating func begin(_ operation: Operation, _ ready: inout [Item]) {
+        begin(operation, nil)
+        ready.append(.operation(operation))
+    }
+
+    private mutating func begin(_ operation: Operation, _: Void?) {
         operation.ticket.state = .running
         queued -= 1
         running += 1
         if operation.ticket.isStream {
             if operation.ticket.lane == 0 { occupants.0 += 1 } else { occupants.1 += 1 }
         }
-        ready.append(.operation(operation))
     }
 
     /// If no channel is open and nothing is left to run or return: the

@@ -73,7 +73,7 @@ func describe(fd: Int32) -> Result<(FileKind, FileIdentity), Errno> {
 // writes on operations) is guarded by `lock`.
 // Lock order: channel, then entry, then operation, then queue. The entry
 // calls into an operation with its lock held only to queue that operation's
-// last handler calls (`pipelinedWriteEnded`); it never runs a handler, a
+// last handler calls (`coalescedWritesEnded`); it never runs a handler, a
 // barrier or a cleanup with its lock held, and an operation never calls the
 // entry with its own lock held.
 final class FDEntry: @unchecked Sendable {
@@ -127,6 +127,10 @@ final class FDEntry: @unchecked Sendable {
         func needsExclusiveRun(_ operation: ChannelOperation, streamPosition: Int64?) -> Bool {
             guard let alignment else { return false }
             return operation.needsExclusiveRun(alignment, streamPosition: streamPosition)
+        }
+        func mayCoalesce(_ operation: ChannelOperation) -> Bool {
+            guard let alignment else { return true }
+            return operation.mayCoalesce(alignment)
         }
     }
 
@@ -195,7 +199,7 @@ final class FDEntry: @unchecked Sendable {
         return lock.withLock {
             scheduler.enqueue(operation, stream: operation.isStream, lane: operation.lane,
                               isWrite: operation.direction == .write, pipelinable: pipelinable,
-                              length: operation.length, host: host)
+                              length: operation.length, regions: operation.data.regionCount, host: host)
         }
     }
 
@@ -210,6 +214,8 @@ final class FDEntry: @unchecked Sendable {
             switch item {
             case .operation(let operation):
                 operation.start()
+            case .writes(let operations, let offset):
+                CoalescedWrite(entry: self, operations: operations, offset: offset).start()
             case .barrier(let barrier):
                 barrier.queue.async { [self] in
                     barrier.work()
@@ -222,11 +228,6 @@ final class FDEntry: @unchecked Sendable {
     /// Withdraws `operation` if it has not started; false if it has.
     func removeIfPending(_ operation: ChannelOperation) -> Bool {
         lock.withLock { scheduler.withdraw(operation) }
-    }
-
-    /// The offset the scheduler gave a pipelined stream write, if it is one.
-    func pipelineBase(of operation: ChannelOperation) -> Int64? {
-        lock.withLock { operation.ticket.pipelineBase }
     }
 
     /// Whether the scheduler ran `operation` alone (a direct read-modify-write).
@@ -253,27 +254,31 @@ final class FDEntry: @unchecked Sendable {
         if let cleanup { runCleanups(cleanup) }
     }
 
-    /// A pipelined stream write's I/O ended. Sets the file position where
-    /// the writes of the run that may now report leave it, then queues their
-    /// last handler calls, in submission order (with `.canceled` overriding
-    /// their own result once an earlier write of the run failed), and
-    /// returns them, each with whether its calls must be run inline by the
-    /// caller.
+    /// The `pwritev` of coalesced stream writes ended after `written`
+    /// bytes (`error`: why it stopped short). Sets the file position where
+    /// the written bytes end, then queues the writes' last handler calls in
+    /// order, each with its share of the bytes (`CoalescedWrite.attribute`),
+    /// and starts what may start next.
     ///
     /// Lock order: the entry's lock, then each operation's (which never calls
     /// into the entry with its own lock held).
-    func pipelinedWriteEnded(_ operation: ChannelOperation, succeeded: Bool,
-                             endPosition: Int64) -> [(ChannelOperation, Bool)] {
-        lock.withLock { () -> [(ChannelOperation, Bool)] in
-            let release = scheduler.pipelinedWriteEnded(operation, succeeded: succeeded, endPosition: endPosition)
+    func coalescedWritesEnded(_ run: CoalescedWrite, lengths: [Int?], written: Int, error: Errno?) {
+        let outcomes = CoalescedWrite.attribute(lengths: lengths, written: written, error: error)
+        let intact = error == nil && !lengths.contains(nil)
+        var inline: [ChannelOperation] = []
+        let (ready, cleanup) = lock.withLock {
             // Under the lock, and before any of their last calls is queued:
             // the position is where they leave it when those calls run, and
             // the next stream operation finds it set.
-            if let position = release.position { _ = lseek(fd, off_t(position), SEEK_SET) }
-            return release.operations.map { operation, canceled in
-                (operation, operation.queueFinalDeliveries(override: canceled ? .canceled : nil))
+            _ = lseek(fd, off_t(run.offset + Int64(written)), SEEK_SET)
+            for (operation, outcome) in zip(run.operations, outcomes) where operation.finishCoalesced(outcome) {
+                inline.append(operation)
             }
+            return scheduler.coalescedWritesEnded(run.operations, intact: intact, host: host)
         }
+        for operation in inline { operation.runInlineDeliveries() }
+        start(ready)
+        if let cleanup { runCleanups(cleanup) }
     }
 
     /// A channel of this entry closed; its cleanup runs once every channel

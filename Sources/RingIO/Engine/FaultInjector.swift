@@ -27,6 +27,9 @@ final class FaultInjector: Sendable {
         case fail(Int32)
         /// Moves at most one byte.
         case shorten
+        /// Writes: moves at most this many bytes (of a `pwritev`, those of
+        /// its first regions), as a disk that fills up in the middle does.
+        case shortenWrite(to: Int)
     }
 
     struct Rule: Sendable {
@@ -132,6 +135,21 @@ final class FaultInjector: Sendable {
             let isRead = if case .readv = request.operation { true } else { false }
             operation = isRead ? .readv(fd: fd, iovecs: single!, count: 1, offset: offset)
                 : .writev(fd: fd, iovecs: single!, count: 1, offset: offset)
+        case (.shortenWrite(let limit), .write(let fd, let buffer, let offset)):
+            guard buffer.count > limit, limit > 0 else { return nil }
+            operation = .write(fd: fd, buffer: UnsafeRawBufferPointer(rebasing: buffer[0..<limit]), offset: offset)
+        case (.shortenWrite(let limit), .writev(let fd, let iovecs, let count, let offset)):
+            let total = (0..<count).reduce(0) { $0 + iovecs[$1].iov_len }
+            guard total > limit, limit > 0 else { return nil }
+            single = .allocate(capacity: count)
+            var left = limit, n = 0
+            while left > 0 {
+                let length = Swift.min(left, iovecs[n].iov_len)
+                (single! + n).initialize(to: iovec(iov_base: iovecs[n].iov_base, iov_len: length))
+                left -= length
+                n += 1
+            }
+            operation = .writev(fd: fd, iovecs: single!, count: n, offset: offset)
         default:
             return nil
         }

@@ -1,0 +1,151 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import SystemPackage
+import Testing
+@_spi(Engine) @testable import RingIO
+
+/// How the bytes of one coalesced `pwritev` fall to the writes it carried,
+/// without the kernel.
+@Suite("CoalescedWrite.attribute: which writes' bytes are on disk")
+struct CoalescedAttributionTests {
+    typealias Outcome = CoalescedWrite.Outcome
+
+    @Test("a whole run: every write reports all its bytes written")
+    func whole() {
+        #expect(CoalescedWrite.attribute(lengths: [10, 20, 30], written: 60, error: nil) == [.written, .written, .written])
+    }
+
+    @Test("cut inside a write: earlier ones written, it reports its first bytes and the error, later ones nothing")
+    func cutInside() {
+        let outcomes = CoalescedWrite.attribute(lengths: [10, 20, 30, 40], written: 25, error: .noSpace)
+        #expect(outcomes == [.written, .cut(bytes: 15, .noSpace), .untouched(.canceled), .untouched(.canceled)])
+    }
+
+    @Test("cut on a boundary: the first write not reached reports all its bytes unwritten, with the error")
+    func cutOnBoundary() {
+        let outcomes = CoalescedWrite.attribute(lengths: [10, 20, 30], written: 30, error: .noSpace)
+        #expect(outcomes == [.written, .written, .cut(bytes: 0, .noSpace)])
+        let none = CoalescedWrite.attribute(lengths: [10, 20], written: 0, error: .ioError)
+        #expect(none == [.cut(bytes: 0, .ioError), .untouched(.canceled)])
+    }
+
+    @Test("a write stopped before the run went out is left out: it reports ECANCELED, the others their own bytes")
+    func stoppedLeftOut() {
+        let outcomes = CoalescedWrite.attribute(lengths: [10, nil, 20, nil, 30], written: 35, error: .ioError)
+        #expect(outcomes == [.written, .untouched(.canceled), .written, .untouched(.canceled),
+                             .cut(bytes: 5, .ioError)])
+    }
+
+    @Test("short of the total with no error (cannot happen: the run goes on) still never reports unwritten bytes as written")
+    func shortWithoutError() {
+        let outcomes = CoalescedWrite.attribute(lengths: [10, 10], written: 12, error: nil)
+        #expect(outcomes == [.written, .cut(bytes: 2, .ioError)])
+    }
+}
+
+#if DEBUG
+/// Coalesced stream writes against the kernel, with the disk filling up
+/// in the middle of a run (injected: `IOEngine.faults`).
+@Suite("Coalesced stream writes")
+struct CoalescedWriteTests {
+    /// Where the disk fills up: after how many bytes of the run (`nil`: at once).
+    struct Fill: Sendable, CustomStringConvertible {
+        var after: Int?
+        var expected: [Shape]
+        var description: String { after.map { "ENOSPC after \($0) bytes" } ?? "ENOSPC at once" }
+    }
+
+    static let piece = 200 * KiB
+    static let fills: [Fill] = [
+        // Inside the third write (in the first of its two regions).
+        Fill(after: 2 * piece + 50 * KiB,
+             expected: [Shape(true, nil, nil), Shape(true, nil, nil), Shape(true, piece - 50 * KiB, .noSpace)]
+                + Array(repeating: Shape(true, piece, .canceled), count: 5)),
+        // On the boundary of the third write.
+        Fill(after: 2 * piece,
+             expected: [Shape(true, nil, nil), Shape(true, nil, nil), Shape(true, piece, .noSpace)]
+                + Array(repeating: Shape(true, piece, .canceled), count: 5)),
+        Fill(after: nil,
+             expected: [Shape(true, piece, .noSpace)] + Array(repeating: Shape(true, piece, .canceled), count: 7)),
+    ]
+
+    /// Eight 200 KiB writes (two regions each) queued at once: they go out as
+    /// one run. Returns the recorders, the pieces, the channel and the fd.
+    static func queueRun(_ engine: IOEngine, _ dir: TemporaryDirectory, queue: IOQueue)
+        throws -> ([Recorder], [[UInt8]], IOChannel, FileDescriptor) {
+        let fd = try FileDescriptor.open(FilePath(dir.file("out")), .readWrite, options: [.create, .closeOnExec],
+                                         permissions: [.ownerReadWrite])
+        let channel = IOChannel(kind: .stream, fileDescriptor: fd, queue: queue, engine: engine)
+        let pieces = (0..<8).map { randomBytes(piece, seed: 40 + UInt64($0)) }
+        let recorders = pieces.map { _ in Recorder(queue: queue) }
+        // Queued while a barrier runs: all are admitted together when it returns.
+        let queued = Latch()
+        channel.barrier {
+            for (bytes, r) in zip(pieces, recorders) {
+                let data = DataChunk(bytes[..<(100 * KiB)]).concat(DataChunk(bytes[(100 * KiB)...]))
+                channel.write(data: data, queue: queue, handler: r.handler)
+            }
+            queued.signal()
+        }
+        let admitted = queued.wait()
+        #expect(admitted)
+        return (recorders, pieces, channel, fd)
+    }
+
+    @Test("the disk fills up in a run: the bytes reported written are on disk, those reported unwritten are not",
+          arguments: allBackends, fills)
+    func diskFillsInRun(backend: IOEngine.Backend, fill: Fill) throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        if let after = fill.after {
+            engine.faults.add(.init(target: .writes, fault: .shortenWrite(to: after), times: 1))
+        }
+        engine.faults.add(.init(target: .writes, fault: .fail(ENOSPC), times: 1))
+        let queue = IOQueue(label: "coalesced-enospc")
+        let (recorders, pieces, channel, fd) = try Self.queueRun(engine, dir, queue: queue)
+        defer { try? fd.close() }
+        for r in recorders { #expect(r.wait()) }
+        for (i, r) in recorders.enumerated() { InjectedFaultTests.expectWellFormed(r, "write \(i)") }
+        let outcome = recorders.map { $0.calls.last! }
+        #expect(outcome.map(\.shape) == fill.expected)
+        // Whatever the shapes: the file is exactly the reported-written
+        // prefix of each write, in order, nothing more, and the position
+        // stands right after it.
+        let expected = zip(pieces, outcome).flatMap { piece, call in piece.prefix(piece.count - (call.data?.count ?? 0)) }
+        for (piece, call) in zip(pieces, outcome) where call.data != nil {
+            #expect(call.data == DataChunk(piece[(piece.count - call.data!.count)...]))
+        }
+        #expect(positionInBarrier(of: channel, fd) == Int64(expected.count))
+        let onDisk = try readFile(dir.file("out"))
+        #expect(onDisk.count == expected.count, "bytes reported unwritten are on disk")
+        #expect(onDisk.prefix(expected.count) == expected[...])
+        // The channel goes on where the reported bytes end.
+        let tail = randomBytes(1000, seed: 50)
+        let next = Recorder(queue: queue)
+        channel.write(data: DataChunk(tail), queue: queue, handler: next.handler)
+        #expect(next.wait())
+        #expect(next.settledShapes() == [Shape(true, nil, nil)])
+        channel.close()
+        #expect(try readFile(dir.file("out")) == expected + tail)
+    }
+
+    @Test("short writes in a run (no error): the run goes on from where each stopped, every write succeeds",
+          arguments: allBackends)
+    func shortWritesInRun(backend: IOEngine.Backend) throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        // Each request of the run moves at most 300 KiB: 1.6 MiB takes six.
+        engine.faults.add(.init(target: .writes, fault: .shortenWrite(to: 300 * KiB)))
+        let queue = IOQueue(label: "coalesced-short")
+        let (recorders, pieces, channel, fd) = try Self.queueRun(engine, dir, queue: queue)
+        defer { try? fd.close() }
+        for r in recorders { #expect(r.wait()) }
+        for r in recorders { #expect(r.settledShapes() == [Shape(true, nil, nil)]) }
+        #expect(engine.faults.injected >= 5)
+        #expect(positionInBarrier(of: channel, fd) == Int64(8 * Self.piece))
+        channel.close()
+        #expect(try readFile(dir.file("out")) == pieces.flatMap { $0 })
+    }
+}
+#endif
