@@ -204,8 +204,9 @@ extension ChannelOperation {
     }
 
     /// Queues the last handler calls; returns whether the caller must run
-    /// them (inline operations), once it holds no lock.
-    func queueFinalDeliveries() -> Bool {
+    /// them (inline operations), once it holds no lock. `deferRunner`: the
+    /// caller also runs them (on `queue`) when the operation is not inline.
+    func queueFinalDeliveries(deferRunner: Bool = false) -> Bool {
         lock.lock()
         let end = self.end!
         let high = settings.deliverySize(positional: positional)
@@ -238,9 +239,10 @@ extension ChannelOperation {
         case .write:
             switch end {
             case .complete, .endOfFile:
-                schedule = enqueueLocked(Delivery(done: true, data: nil, error: nil, bytes: 0))
+                schedule = enqueueLocked(Delivery(done: true, data: nil, error: nil, bytes: 0), deferRunner: deferRunner)
             case .failed(let error):
-                schedule = enqueueLocked(Delivery(done: true, data: data.subrange(transferred..<length), error: error, bytes: 0))
+                schedule = enqueueLocked(Delivery(done: true, data: data.subrange(transferred..<length), error: error,
+                                                  bytes: 0), deferRunner: deferRunner)
             }
         }
         lock.unlock()
@@ -255,12 +257,12 @@ extension ChannelOperation {
     /// queued before anything this delivery lets happen (the next operation
     /// of the fd starting and queuing its own runner). Inline operations run
     /// it on the caller's thread, after the lock is released.
-    func enqueueLocked(_ delivery: Delivery) -> Bool {
+    func enqueueLocked(_ delivery: Delivery, deferRunner: Bool = false) -> Bool {
         deliveries.append(delivery)
         queuedBytes += delivery.bytes
         if runnerActive { return false }
         runnerActive = true
-        if options.inline { return true }
+        if options.inline || deferRunner { return true }
         queue.async { [self] in runDeliveries() }
         return false
     }

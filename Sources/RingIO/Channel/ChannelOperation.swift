@@ -382,7 +382,8 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
 
     /// This write's share of its coalesced `pwritev`: ends its I/O and queues
     /// its last handler call (the entry's lock is held). Returns whether the
-    /// caller must run it, once it holds no lock (inline operations).
+    /// caller must run it: on `queue`, or (inline operations) once it holds
+    /// no lock.
     func finishCoalesced(_ outcome: CoalescedWrite.Outcome) -> Bool {
         lock.withLock {
             ioDone = true
@@ -398,7 +399,7 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
                 end = .failed(error)
             }
         }
-        return queueFinalDeliveries()
+        return queueFinalDeliveries(deferRunner: true)
     }
 
     /// Bytes requested from the file but not yet handled by the handler

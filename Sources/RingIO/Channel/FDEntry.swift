@@ -266,13 +266,25 @@ final class FDEntry: @unchecked Sendable {
         let outcomes = CoalescedWrite.attribute(lengths: lengths, written: written, error: error)
         let intact = error == nil && !lengths.contains(nil)
         var inline: [ChannelOperation] = []
+        var onQueues: [ChannelOperation] = []
         let (ready, cleanup) = lock.withLock {
             // Under the lock, and before any of their last calls is queued:
             // the position is where they leave it when those calls run, and
             // the next stream operation finds it set.
             _ = lseek(fd, off_t(run.offset + Int64(written)), SEEK_SET)
             for (operation, outcome) in zip(run.operations, outcomes) where operation.finishCoalesced(outcome) {
-                inline.append(operation)
+                if operation.options.inline { inline.append(operation) } else { onQueues.append(operation) }
+            }
+            // One hop per queue for the calls of consecutive writes, in
+            // order, queued before anything they let start.
+            var first = 0
+            while first < onQueues.count {
+                let queue = onQueues[first].queue
+                var end = first + 1
+                while end < onQueues.count && onQueues[end].queue === queue { end += 1 }
+                let group = onQueues[first..<end]
+                queue.async { for operation in group { operation.runDeliveries() } }
+                first = end
             }
             return scheduler.coalescedWritesEnded(run.operations, intact: intact, host: host)
         }
