@@ -11,8 +11,12 @@ extension ChannelOperation {
     // MARK: - completions (on the engine's thread: short, never blocking)
 
     func completed(_ slot: Slot, _ res: Int32) {
+        carryOut(lock.withLock { completedLocked(slot, res) })
+    }
+
+    /// With the lock held: a request of `slot` completed with `res`.
+    private func completedLocked(_ slot: Slot, _ res: Int32) -> Settled {
         var requests: [IORequest] = []
-        lock.lock()
         inFlight -= 1
         slot.request = nil
         let fd = entry!.fd
@@ -61,34 +65,49 @@ extension ChannelOperation {
             slot.error = Errno(rawValue: -res)
             slot.complete = true
         }
-        settleLocked(then: requests)
+        return settleLocked(then: requests)
     }
 
     func polled(_ slot: Slot, _ res: Int32) {
-        var requests: [IORequest] = []
-        lock.lock()
-        inFlight -= 1
-        slot.request = nil
-        if res < 0 && res != -EINTR || stopped || end != nil {
-            slot.error = res < 0 && res != -EINTR ? Errno(rawValue: -res) : .canceled
-            slot.complete = true
-        } else {
-            requests.append(makeRequestLocked(slot, fd: entry!.fd))
+        let settled = lock.withLock { () -> Settled in
+            var requests: [IORequest] = []
+            inFlight -= 1
+            slot.request = nil
+            if res < 0 && res != -EINTR || stopped || end != nil {
+                slot.error = res < 0 && res != -EINTR ? Errno(rawValue: -res) : .canceled
+                slot.complete = true
+            } else {
+                requests.append(makeRequestLocked(slot, fd: entry!.fd))
+            }
+            return settleLocked(then: requests)
         }
-        settleLocked(then: requests)
+        carryOut(settled)
     }
 
-    /// Called with the lock held after a completion; releases it. Takes the
-    /// results in order, issues what the limits allow besides `requests`,
-    /// schedules the handler, and ends the I/O once nothing is in flight.
-    func settleLocked(then requests: [IORequest]) {
+    /// What a completion leaves to do once the lock is released.
+    struct Settled {
+        /// Run the handler calls here (inline operations).
+        var runDeliveries: Bool
+        var requests: [IORequest]
+        /// The I/O is over.
+        var finish: Bool
+    }
+
+    /// With the lock held, after a completion: takes the results in order,
+    /// and says what to do once the lock is released: the requests to issue
+    /// (`requests` and what the limits allow besides), the handler calls to
+    /// run, whether the I/O is over.
+    func settleLocked(then requests: [IORequest]) -> Settled {
         let schedule = advanceLocked()
         let requests = requests + makeRequestsLocked()
-        let finish = end != nil && inFlight == 0 && !ioDone
-        lock.unlock()
-        if schedule { runInlineDeliveries() }
-        submit(requests)
-        if finish { finishIO() }
+        return Settled(runDeliveries: schedule, requests: requests, finish: end != nil && inFlight == 0 && !ioDone)
+    }
+
+    /// Carries out what `settleLocked` returned (no lock held).
+    func carryOut(_ settled: Settled) {
+        if settled.runDeliveries { runInlineDeliveries() }
+        submit(settled.requests)
+        if settled.finish { finishIO() }
     }
 
     /// With the lock held: takes completed slots in file order, decides how
