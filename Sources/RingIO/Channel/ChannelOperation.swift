@@ -110,18 +110,6 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
         return start % a != 0 || (start &+ Int64(length)) % a != 0
     }
 
-    /// In direct-I/O mode: whether this write's bytes may go to the file as
-    /// they are, in a `pwritev` with others (each region aligned in memory
-    /// and a whole number of blocks long).
-    func mayCoalesce(_ alignment: DirectAlignment) -> Bool {
-        var aligned = true
-        data.apply { _, _, bytes in
-            aligned = Int(bitPattern: bytes.baseAddress) % alignment.memory == 0 && bytes.count % alignment.offset == 0
-            return aligned
-        }
-        return aligned
-    }
-
     static let maxInFlight = 4
     static let maxDirectInFlight = 8
     static let maxBufferedBytes = 8 * IOChannel.chunkSize
@@ -367,39 +355,6 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
             return
         }
         for request in inFlightRequests { engine.cancel(request) }
-    }
-
-    /// The entry put this write in a coalesced `pwritev`: false if it was
-    /// stopped first (it is left out, and reports all its bytes unwritten).
-    func beginCoalesced() -> Bool {
-        lock.withLock {
-            started = true
-            positional = true
-            coalesced = !stopped
-            return coalesced
-        }
-    }
-
-    /// This write's share of its coalesced `pwritev`: ends its I/O and queues
-    /// its last handler call (the entry's lock is held). Returns whether the
-    /// caller must run it: on `queue`, or (inline operations) once it holds
-    /// no lock.
-    func finishCoalesced(_ outcome: CoalescedWrite.Outcome) -> Bool {
-        lock.withLock {
-            ioDone = true
-            switch outcome {
-            case .written:
-                transferred = length
-                end = .complete
-            case .cut(let bytes, let error):
-                transferred = bytes
-                end = .failed(error)
-            case .untouched(let error):
-                transferred = 0
-                end = .failed(error)
-            }
-        }
-        return queueFinalDeliveries(deferRunner: true)
     }
 
     /// Bytes requested from the file but not yet handled by the handler

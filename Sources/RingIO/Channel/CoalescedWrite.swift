@@ -145,3 +145,51 @@ final class CoalescedWrite: @unchecked Sendable {
         }
     }
 }
+
+// A write's side of a coalesced run.
+extension ChannelOperation {
+    /// In direct-I/O mode: whether this write's bytes may go to the file as
+    /// they are, in a `pwritev` with others (each region aligned in memory
+    /// and a whole number of blocks long).
+    func mayCoalesce(_ alignment: DirectAlignment) -> Bool {
+        var aligned = true
+        data.apply { _, _, bytes in
+            aligned = Int(bitPattern: bytes.baseAddress) % alignment.memory == 0 && bytes.count % alignment.offset == 0
+            return aligned
+        }
+        return aligned
+    }
+
+    /// The entry put this write in a coalesced `pwritev`: false if it was
+    /// stopped first (it is left out, and reports all its bytes unwritten).
+    func beginCoalesced() -> Bool {
+        lock.withLock {
+            started = true
+            positional = true
+            coalesced = !stopped
+            return coalesced
+        }
+    }
+
+    /// This write's share of its coalesced `pwritev`: ends its I/O and queues
+    /// its last handler call (the entry's lock is held). Returns whether the
+    /// caller must run it: on `queue`, or (inline operations) once it holds
+    /// no lock.
+    func finishCoalesced(_ outcome: CoalescedWrite.Outcome) -> Bool {
+        lock.withLock {
+            ioDone = true
+            switch outcome {
+            case .written:
+                transferred = length
+                end = .complete
+            case .cut(let bytes, let error):
+                transferred = bytes
+                end = .failed(error)
+            case .untouched(let error):
+                transferred = 0
+                end = .failed(error)
+            }
+        }
+        return queueFinalDeliveries(deferRunner: true)
+    }
+}
