@@ -330,13 +330,6 @@ final class Copier: Sendable {
     }
 }
 
-/// Bytes counted from the engine's thread.
-final class Counter: Sendable {
-    private let count = Mutex(0)
-    func add(_ n: Int) { count.withLock { $0 += n } }
-    var value: Int { count.withLock { $0 } }
-}
-
 func isWriteError(_ error: Errno) -> Bool {
     [.noSpace, .diskQuotaExceeded, .fileTooLarge, .ioError, .readOnlyFileSystem].contains(error)
 }
