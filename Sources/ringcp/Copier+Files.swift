@@ -59,7 +59,14 @@ extension Copier {
                 report("cannot overwrite directory '\(destination)' with non-directory")
                 return nil
             }
-            if existing.isSameFile(as: status) {
+            if existing.isSameFile(as: status) && existing.kind == .regular && !sameName(source, destination)
+                && (settings.backup != .none || settings.removeDestination)
+                && (try? FileStatus.of(source, followingSymlinks: false))?.isSameFile(as: existing) == true {
+                // Two names of one file (a hard link, not reached through a symlink):
+                // --backup moves the destination aside, --remove-destination
+                // removes it, and the copy is a new file (cp's same_file_ok).
+                // The source keeps its name and its data.
+            } else if existing.isSameFile(as: status) {
                 // cp's special case: with --force and --backup, a file copied onto
                 // itself is backed up, and the copy made from the backup.
                 guard settings.force && settings.backup != .none && existing.kind == .regular
