@@ -76,8 +76,10 @@ extension FileCopier {
         var endedAt: Int64?
         if how == .copyFileRange {
             do throws(IOError) {
+                // Four 16 MiB pieces at once (see `IO.copyFileRange(_:from:to:chunk:lanes:progress:)`).
                 endedAt = try await IO.copyFileRange(regions, from: FileDescriptor(rawValue: input),
-                                                     to: FileDescriptor(rawValue: output), progress: progress)
+                                                     to: FileDescriptor(rawValue: output), chunk: 16 << 20, lanes: 4,
+                                                     progress: progress)
             } catch where error.operation == .copy {
                 how = .splice  // file systems that cannot: spliced through pipes, or else the channels
             } catch {
