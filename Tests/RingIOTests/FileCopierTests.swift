@@ -126,6 +126,37 @@ struct FileCopierTests {
         #expect(CopyFileTests.leftovers(dir.path, keeping: ["src", "fifo"]) == [])
     }
 
+    @Test("a FIFO source is copied in place as its bytes come, even under the atomic policy", arguments: allBackends)
+    func fifoSource(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let bytes = randomBytes(700 << 10, seed: 23)
+        #expect(mkfifo(dir.file("fifo"), 0o600) == 0)
+        try writeFile(dir.file("dst"), Array("old contents".utf8))
+        var before = stat()
+        stat(dir.file("dst"), &before)
+        let fifoPath = dir.file("fifo")
+        IOQueue.global.async {
+            let fd = open(fifoPath, O_WRONLY | O_CLOEXEC)
+            bytes.withUnsafeBytes { raw in
+                var offset = 0
+                while fd >= 0 && offset < raw.count {
+                    let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
+                    if n <= 0 { break }
+                    offset += n
+                }
+            }
+            close(fd)
+        }
+        let outcome = try await Self.copier(engine).copy(from: FilePath(fifoPath), to: FilePath(dir.file("dst")))
+        var after = stat()
+        stat(dir.file("dst"), &after)
+        #expect(outcome.strategy == .stream && outcome.replace == .inPlace && outcome.bytes == Int64(bytes.count))
+        #expect(try readFile(dir.file("dst")) == bytes)
+        #expect(after.st_ino == before.st_ino, "written in place")
+        #expect(CopyFileTests.leftovers(dir.path, keeping: ["fifo", "dst"]) == [])
+    }
+
     @Test("pipes: a pipe's bytes into a file and a file's into a pipe (fd-level), each once", arguments: allBackends)
     func pipes(backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)

@@ -82,7 +82,8 @@ public struct FileCopier: Sendable {
     /// Whether the destination may share the source's blocks (btrfs, XFS).
     public enum Reflink: Sendable, Hashable {
         case never
-        /// Where the file system can; a copy otherwise.
+        /// Where the file system can; a copy otherwise. A file of at most
+        /// `IO.smallFileLimit` bytes is copied by the chain, not cloned.
         case auto
         /// Or fail (`.copy`, with the ioctl's errno, such as `EOPNOTSUPP` or `EXDEV`).
         case always
