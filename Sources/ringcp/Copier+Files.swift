@@ -59,7 +59,14 @@ extension Copier {
                 report("cannot overwrite directory '\(destination)' with non-directory")
                 return nil
             }
-            if existing.isSameFile(as: status) {
+            if existing.isSameFile(as: status) && existing.kind == .regular && !sameName(source, destination)
+                && (settings.backup != .none || settings.removeDestination)
+                && (try? FileStatus.of(source, followingSymlinks: false))?.isSameFile(as: existing) == true {
+                // Two names of one file (a hard link, not reached through a symlink):
+                // --backup moves the destination aside, --remove-destination
+                // removes it, and the copy is a new file (cp's same_file_ok).
+                // The source keeps its name and its data.
+            } else if existing.isSameFile(as: status) {
                 // cp's special case: with --force and --backup, a file copied onto
                 // itself is backed up, and the copy made from the backup.
                 guard settings.force && settings.backup != .none && existing.kind == .regular
@@ -163,27 +170,15 @@ extension Copier {
 
     func copyFile(_ named: FilePath, _ status: FileStatus, _ plan: Plan) async {
         let source = plan.readFrom ?? named
-        let copied: Bool
-        var how = "copy_file_range"
+        let outcome: FileCopier.Outcome?
         if settings.attributesOnly {
-            copied = createEmpty(plan)
-            how = "attributes only"
+            outcome = createEmpty(plan) ? FileCopier.Outcome(bytes: 0, strategy: .chain, replace: .inPlace) : nil
         } else if plan.stream {
-            copied = await copyStream(source, plan)
-            how = "read and write"
-        } else if settings.sparseAlways && status.kind == .regular {
-            copied = await copyStream(source, plan, holes: true)
-            how = "read and write, zeros as holes"
-        } else if settings.reflink == .always {
-            copied = clone(source, plan)
-            how = "reflink"
-        } else if status.kind == .regular && status.size > Int64(IO.smallFileLimit) {
-            copied = await copyLarge(source, status, plan, how: &how)
+            outcome = await copyStream(source, plan)
         } else {
-            copied = await copySmall(source, status, plan)
-            how = "io_uring chain"
+            outcome = await copyBytes(source, status, plan)
         }
-        guard copied else { return }
+        guard let outcome else { return }
         if !settings.preserve.isEmpty {
             do throws(Errno) { try FS.preserve(status, from: source, on: plan.destination, settings.preserve) } catch {
                 reportError("cannot preserve attributes of", plan.shownDestination, error)
@@ -194,53 +189,92 @@ extension Copier {
             reportError("cannot set permissions of", plan.shownDestination, Errno(rawValue: errno))
         }
         // --debug: cp's line (offload: the kernel moved the bytes; sparse detection: SEEK_DATA).
+        let how: String = switch outcome.strategy {
+        case .chain: "io_uring chain"
+        case .copyFileRange: "copy_file_range"
+        case .splice: "kernel splice"
+        case .stream: settings.sparseAlways ? "read and write, zeros as holes" : "read and write"
+        case .channels: settings.sparseAlways ? "channels, zeros as holes" : "channels"
+        default: outcome.strategy.rawValue
+        }
+        let offload = outcome.strategy == .copyFileRange || outcome.strategy == .splice
         let debug = settings.attributesOnly ? nil
-            : "copy offload: \(how == "kernel splice" || how == "copy_file_range" ? "yes" : "no"), reflink: \(how == "reflink" ? "yes" : "unsupported"), "
+            : "copy offload: \(offload ? "yes" : "no"), reflink: \(outcome.strategy == .reflink ? "yes" : "unsupported"), "
                 + "sparse detection: \(status.mayBeSparse && !settings.sparseNever ? "SEEK_HOLE" : "no") (ringcp: \(how))"
         announce(source, plan.shownDestination, how: settings.debug ? debug : nil)
         progress?.fileDone()
         if settings.verify { await verify(source, plan.destination, shown: plan.shownDestination) }
     }
 
-    /// Through `IO.copyFile`: one batch of opens, one linked chain.
-    func copySmall(_ source: FilePath, _ status: FileStatus, _ plan: Plan) async -> Bool {
+    /// The library's copier, set as cp's flags say.
+    func copier(for plan: Plan, atomically: Bool) -> FileCopier {
+        var copier = FileCopier()
+        copier.replace = atomically ? .atomic : .inPlace
+        copier.exclusive = plan.existing == nil
+        copier.permissions = FilePermissions(rawValue: plan.creationMode)
+        copier.inPlaceIfNoTemporary = true  // as cp: where no file can be made beside it, in place
+        copier.reflink = switch settings.reflink {
+        case .always: .always
+        case .auto: .auto
+        default: .never
+        }
+        copier.sparse = settings.sparseAlways ? .always : settings.sparseNever ? .never : .auto
+        copier.directIO = settings.direct
+        copier.strategy = switch settings.method {
+        case .range: .automatic
+        case .kernel: .splice
+        case .channels: .channels
+        }
+        if let bar = progress {
+            copier.progress = { @Sendable (bytes: Int) in bar.add(bytes) }
+        }
+        return copier
+    }
+
+    /// A regular file's bytes, through the library's `FileCopier`: a new
+    /// file is created exclusively; an existing regular file is replaced
+    /// atomically (a new file beside it, renamed onto it), unless --in-place.
+    func copyBytes(_ source: FilePath, _ status: FileStatus, _ plan: Plan) async -> FileCopier.Outcome? {
         let replace = plan.existing != nil
-        var atomically = replace && !settings.inPlace && plan.existing?.kind == .regular
-        while true {
-            let options = IO.CopyOptions(atomically: atomically, exclusive: !replace,
-                                         permissions: FilePermissions(rawValue: plan.creationMode))
-            do throws(IOError) {
-                let bytes = try await IO.copyFile(from: absolute(source), to: absolute(plan.destination),
-                                                  options: options)
-                progress?.add(Int(bytes))
-                break
-            } catch where atomically && error.side == .destination && error.operation == .create
-                            && (error.errno == .permissionDenied || error.errno == .notPermitted) {
-                // No temporary file in that directory, but the file itself is writable: as cp, in place.
-                atomically = false
-            } catch {
-                switch (error.side, error.operation) {
-                case (_, .copyOntoSource):
-                    report("'\(source)' and '\(plan.shownDestination)' are the same file")
-                case (.source, .read):
-                    reportError("error reading", source, error.errno)
-                case (.source, _) where error.errno == .canceled:
-                    reportError("cannot open", source, .canceled)  // counted as interrupted, no message
-                case (.source, _):
-                    report("cannot open '\(source)' for reading: \(describe(error.errno))")
-                default:
-                    reportError(error.operation == .write || isWriteError(error.errno) ? "error writing"
-                                : "cannot create regular file", plan.shownDestination, error.errno)
-                }
-                return false
-            }
+        let atomically = replace && !settings.inPlace && plan.existing?.kind == .regular
+        let copier = copier(for: plan, atomically: atomically)
+        let ticker = progress.flatMap { bar in status.size > Int64(IO.smallFileLimit) ? Task { await bar.runTicker() } : nil }
+        defer { ticker?.cancel() }
+        let outcome: FileCopier.Outcome
+        do throws(IOError) {
+            outcome = try await copier.copy(from: absolute(source), to: absolute(plan.destination))
+        } catch {
+            reportCopyError(error, source, plan)
+            return nil
         }
         // The kernel applied the umask at creation; the exact mode where it differs.
-        if !settings.preserve.contains(.mode) && (plan.mode & ~umask) != plan.mode && (atomically || !replace) {
+        let made = outcome.replace == .atomic || !replace
+        if !settings.preserve.contains(.mode) && (plan.mode & ~umask) != plan.mode && made {
             _ = FS.chmod(plan.destination, plan.mode)
         }
-        if atomically, let existing = plan.existing { keepOwner(of: existing, on: plan.destination) }
-        return true
+        if outcome.replace == .atomic, let existing = plan.existing { keepOwner(of: existing, on: plan.destination) }
+        return outcome
+    }
+
+    /// cp's message for a failed copy.
+    func reportCopyError(_ error: IOError, _ source: FilePath, _ plan: Plan) {
+        switch (error.side, error.operation) {
+        case (_, .copyOntoSource):
+            report("'\(source)' and '\(plan.shownDestination)' are the same file")
+        case (_, .copy):
+            report("failed to clone '\(plan.shownDestination)' from '\(source)': \(describe(error.errno))")
+        case (.source, .read):
+            reportError("error reading", source, error.errno)
+        case (.source, _) where error.errno == .canceled:
+            reportError("cannot open", source, .canceled)  // counted as interrupted, no message
+        case (.source, _):
+            report("cannot open '\(source)' for reading: \(describe(error.errno))")
+        case (_, .setAttributes):
+            reportError("cannot set permissions of", plan.shownDestination, error.errno)
+        default:
+            reportError(error.operation == .write || error.operation == .close || isWriteError(error.errno)
+                        ? "error writing" : "cannot create regular file", plan.shownDestination, error.errno)
+        }
     }
 
     /// A replaced file keeps its owner and group, as cp's in-place write does
@@ -250,127 +284,8 @@ extension Copier {
         if let fd { _ = fchown(fd, existing.uid, existing.gid) } else { _ = FS.chown(path, existing.uid, existing.gid) }
     }
 
-    /// Through two random channels, into a temporary file when one exists already.
-    func copyLarge(_ source: FilePath, _ status: FileStatus, _ plan: Plan, how: inout String) async -> Bool {
-        let input = FS.open(source, O_RDONLY | O_CLOEXEC | O_NOCTTY)
-        if input < 0 {
-            reportError("cannot open", source, Errno(rawValue: errno))
-            return false
-        }
-        defer { close(input) }
-        var info = stat()
-        fstat(input, &info)
-        let size = Int64(info.st_size)
-        var useTemporary = plan.existing != nil && !settings.inPlace
-        var path = useTemporary ? FS.temporaryName(beside: plan.destination) : plan.destination
-        var created = useTemporary || plan.existing == nil
-        // Direct writes merge a partial last block: they need to read it.
-        let access = settings.direct ? O_RDWR : O_WRONLY
-        var output = FS.open(path, access | O_CREAT | O_CLOEXEC | O_NOCTTY | (created ? O_EXCL : O_TRUNC), plan.creationMode)
-        if output < 0 && useTemporary && (errno == EACCES || errno == EPERM) {
-            // No temporary file in that directory, but the file itself is writable: as cp, in place.
-            (useTemporary, created, path) = (false, false, plan.destination)
-            output = FS.open(path, access | O_CREAT | O_CLOEXEC | O_NOCTTY | O_TRUNC, plan.creationMode)
-        }
-        if output < 0 {
-            reportError("cannot create regular file", plan.shownDestination, Errno(rawValue: errno))
-            return false
-        }
-        if useTemporary, let existing = plan.existing { keepOwner(of: existing, on: path, fd: output) }
-        var closed = false
-        func abandon(_ what: String, _ shown: FilePath, _ error: Errno) -> Bool {
-            if !closed { close(output) }
-            if created { _ = FS.unlink(path) }
-            reportError(what, shown, error)
-            return false
-        }
-        if created && fchmod(output, plan.creationMode) != 0 {
-            return abandon("cannot set permissions of", plan.shownDestination, Errno(rawValue: errno))
-        }
-        // --reflink=auto: the source's blocks shared, where the file system can (btrfs, XFS).
-        if settings.reflink == .auto && ioctl(output, UInt(ficlone), input) == 0 {
-            how = "reflink"
-            closed = true
-            if close(output) != 0 { return abandon("error writing", plan.shownDestination, Errno(rawValue: errno)) }
-            if useTemporary && FS.rename(path, plan.destination) != 0 {
-                return abandon("cannot create regular file", plan.shownDestination, Errno(rawValue: errno))
-            }
-            progress?.add(Int(size))
-            return true
-        }
-        // The size first: holes stay holes, and the file system sees the whole extent at once.
-        if ftruncate(output, off_t(size)) != 0 {
-            return abandon("error writing", plan.shownDestination, Errno(rawValue: errno))
-        }
-        // --sparse=never: the holes written as zeros.
-        let regions = settings.sparseNever ? [0..<size]
-            : dataRegions(of: FileDescriptor(rawValue: input), size: size, mayBeSparse: FileStatus(info).mayBeSparse)
-        var endedAt: Int64?
-        var method = settings.direct ? .channels : settings.method
-        if method == .range {
-            how = "copy_file_range"
-            let ticker = progress.map { bar in Task { await bar.runTicker() } }
-            defer { ticker?.cancel() }
-            do throws(IOError) {
-                endedAt = try await IO.copyFileRange(regions, from: FileDescriptor(rawValue: input),
-                                                     to: FileDescriptor(rawValue: output)) { [progress] in progress?.add($0) }
-            } catch where error.operation == .copy {
-                method = .kernel  // file systems that cannot: spliced through pipes, or else the channels
-            } catch {
-                return error.side == .destination ? abandon("error writing", plan.shownDestination, error.errno)
-                    : abandon("error reading", source, error.errno)
-            }
-        }
-        if method == .kernel {
-            how = "kernel splice"
-            let moved = Counter()
-            let ticker = progress.map { bar in Task { await bar.runTicker() } }
-            do throws(IOError) {
-                // 4 lanes of 1 MiB pipes: measured best here (2 or 8 lanes no better; 4 MiB pipes 2× slower).
-                endedAt = try await IO.copyRanges(regions, from: FileDescriptor(rawValue: input),
-                                                  to: FileDescriptor(rawValue: output)) { [progress] n in
-                    moved.add(n)
-                    progress?.add(n)
-                }
-            } catch where moved.value == 0 && [.invalidArgument, .notSupported, .noFunction].contains(error.errno) {
-                method = .channels  // a file system that cannot splice: the channels can
-            } catch {
-                ticker?.cancel()
-                return error.side == .destination ? abandon("error writing", plan.shownDestination, error.errno)
-                    : abandon("error reading", source, error.errno)
-            }
-            ticker?.cancel()
-        }
-        if method == .channels {
-            how = "channels"
-            // A random channel's offsets count from the fd's position when it
-            // is made (as in dispatch I/O); SEEK_DATA/SEEK_HOLE moved it.
-            lseek(input, 0, SEEK_SET)
-            let copy = ChannelCopy(source: FileDescriptor(rawValue: input), destination: FileDescriptor(rawValue: output),
-                                   regions: regions, progress: progress, direct: settings.direct)
-            do throws(CopyFailure) {
-                try await copy.run()
-            } catch {
-                return error.side == .read ? abandon("error reading", source, error.errno)
-                    : abandon("error writing", plan.shownDestination, error.errno)
-            }
-            endedAt = copy.endedAt
-        }
-        if let end = endedAt, ftruncate(output, off_t(end)) != 0 {
-            return abandon("error writing", plan.shownDestination, Errno(rawValue: errno))
-        }
-        closed = true
-        if close(output) != 0 {
-            return abandon("error writing", plan.shownDestination, Errno(rawValue: errno))
-        }
-        if useTemporary && FS.rename(path, plan.destination) != 0 {
-            return abandon("cannot create regular file", plan.shownDestination, Errno(rawValue: errno))
-        }
-        return true
-    }
-
     func verify(_ source: FilePath, _ destination: FilePath, shown: FilePath) async {
-        do throws(CopyFailure) {
+        do throws(Errno) {
             switch try await Verify.compare(source, destination) {
             case .same:
                 break
@@ -380,7 +295,7 @@ extension Copier {
                 report("verify: '\(source)' and '\(shown)' differ at byte \(offset)")
             }
         } catch {
-            reportError("verify: cannot read", source, error.errno)
+            reportError("verify: cannot read", source, error)
         }
     }
 
@@ -394,32 +309,4 @@ extension Copier {
         close(fd)
         return true
     }
-
-    /// --reflink=always: the source's blocks shared (FICLONE), or an error, as cp.
-    func clone(_ source: FilePath, _ plan: Plan) -> Bool {
-        let input = FS.open(source, O_RDONLY | O_CLOEXEC | O_NOCTTY)
-        if input < 0 {
-            report("cannot open '\(source)' for reading: \(describe(Errno(rawValue: errno)))")
-            return false
-        }
-        defer { close(input) }
-        let created = plan.existing == nil
-        let output = FS.open(plan.destination, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | (created ? O_EXCL : O_TRUNC),
-                             plan.creationMode)
-        if output < 0 {
-            reportError("cannot create regular file", plan.shownDestination, Errno(rawValue: errno))
-            return false
-        }
-        if ioctl(output, UInt(ficlone), input) != 0 {
-            let error = Errno(rawValue: errno)
-            close(output)
-            if created { _ = FS.unlink(plan.destination) }
-            report("failed to clone '\(plan.shownDestination)' from '\(source)': \(describe(error))")
-            return false
-        }
-        return close(output) == 0
-    }
 }
-
-/// FICLONE, _IOW(0x94, 9, int): the destination shares the source's blocks.
-let ficlone: UInt32 = 0x4004_9409

@@ -48,12 +48,17 @@ extension Copier {
             }
             if existing.isSameFile(as: status) {
                 // A symlink onto the file it would name makes a loop and loses the file: never.
-                // A hard link: already one (cp: nothing to do), or with -fb, the backup linked back.
+                // A hard link: already one (cp: nothing to do), or with -fb onto
+                // its own name, the backup linked back.
                 guard settings.link == .hard else {
                     return report("'\(source)' and '\(destination)' are the same file")
                 }
-                guard settings.backup != .none && settings.force else { return }
+                guard settings.backup != .none && settings.force && sameName(source, destination) else { return }
                 linkFrom = backupName(for: destination)
+            } else if settings.link == .hard, existing.kind != .symlink,
+                      let named = try? FileStatus.of(source, followingSymlinks: true), named.isSameFile(as: existing) {
+                // A symlink to the destination, not followed (-d): the file it names is there already (cp: nothing to do).
+                return
             }
             if settings.backup != .none {
                 if FS.rename(destination, backupName(for: destination)) != 0 {

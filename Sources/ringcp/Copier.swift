@@ -262,6 +262,12 @@ final class Copier: Sendable {
                 if FS.rename(destination, backupName(for: destination)) != 0 {
                     return reportError("cannot backup", destination, Errno(rawValue: errno))
                 }
+            } else if settings.backup != .none {
+                // Any other destination is backed up, unless it is the source's own name.
+                if sameName(source, destination) { return report("'\(source)' and '\(destination)' are the same file") }
+                if FS.rename(destination, backupName(for: destination)) != 0 {
+                    return reportError("cannot backup", destination, Errno(rawValue: errno))
+                }
             }
             // --attributes-only never replaces a file's data (its data is no attribute) but for --remove-destination.
             if settings.attributesOnly && !settings.removeDestination {
@@ -328,13 +334,6 @@ final class Copier: Sendable {
         for source in sources { walk(source, topLevel: true) }
         return total
     }
-}
-
-/// Bytes counted from the engine's thread.
-final class Counter: Sendable {
-    private let count = Mutex(0)
-    func add(_ n: Int) { count.withLock { $0 += n } }
-    var value: Int { count.withLock { $0 } }
 }
 
 func isWriteError(_ error: Errno) -> Bool {

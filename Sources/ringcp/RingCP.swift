@@ -29,12 +29,13 @@ struct RingCP: AsyncParsableCommand {
             device or a socket (the bytes go straight into the destination, \
             once, as with cp: a reader waiting on it sees them as they come), \
             nor with --in-place (which writes into the file, as cp does), \
-            --remove-destination, --backup, --attributes-only, --sparse=always \
-            or --reflink=always. ("-" is a file name, as for cp.) Holes in \
+            --remove-destination, --backup (the old file goes first) or \
+            --attributes-only. ("-" is a file name, as for cp.) Holes in \
             sparse files stay holes. Files of 256 KiB or less are copied with \
             their opens, reads, writes, closes and renames batched through the \
             ring, many at once; larger ones are copied inside the kernel by \
-            copy_file_range, as cp does (--method kernel: spliced through \
+            copy_file_range, as cp does, four 16 MiB pieces at once \
+            (--method kernel: spliced through \
             pipes by the ring, four 1 MiB chunks in flight; --method \
             channels: through two random channels; --direct: around the page \
             cache).

@@ -16,13 +16,13 @@ enum Verify {
         case differentAt(Int64)
     }
 
-    static func compare(_ first: FilePath, _ second: FilePath) async throws(CopyFailure) -> Outcome {
+    static func compare(_ first: FilePath, _ second: FilePath) async throws(Errno) -> Outcome {
         let a = FS.open(first, O_RDONLY | O_CLOEXEC), b = FS.open(second, O_RDONLY | O_CLOEXEC)
         defer {
             if a >= 0 { close(a) }
             if b >= 0 { close(b) }
         }
-        if a < 0 || b < 0 { throw CopyFailure(side: .read, errno: Errno(rawValue: errno)) }
+        if a < 0 || b < 0 { throw Errno(rawValue: errno) }
         var sa = stat(), sb = stat()
         fstat(a, &sa)
         fstat(b, &sb)
@@ -33,8 +33,8 @@ enum Verify {
         closed.enter()
         let left = IOChannel(kind: .random, fileDescriptor: FileDescriptor(rawValue: a), queue: queue) { _ in closed.leave() }
         let right = IOChannel(kind: .random, fileDescriptor: FileDescriptor(rawValue: b), queue: queue) { _ in closed.leave() }
-        let outcome: Result<Outcome, CopyFailure>
-        do throws(CopyFailure) {
+        let outcome: Result<Outcome, Errno>
+        do throws(Errno) {
             outcome = .success(try await compare(left, right))
         } catch {
             outcome = .failure(error)
@@ -45,7 +45,7 @@ enum Verify {
         return try outcome.get()
     }
 
-    private static func compare(_ left: IOChannel, _ right: IOChannel) async throws(CopyFailure) -> Outcome {
+    private static func compare(_ left: IOChannel, _ right: IOChannel) async throws(Errno) -> Outcome {
         var iteratorA = left.chunks().makeAsyncIterator()
         var iteratorB = right.chunks().makeAsyncIterator()
         var pendingA = DataChunk.empty, pendingB = DataChunk.empty
@@ -55,7 +55,7 @@ enum Verify {
                 if pendingA.isEmpty, let next = try await iteratorA.next() { pendingA = next }
                 if pendingB.isEmpty, let next = try await iteratorB.next() { pendingB = next }
             } catch {
-                throw CopyFailure(side: .read, errno: error)
+                throw error
             }
             let n = min(pendingA.count, pendingB.count)
             if n == 0 {

@@ -185,8 +185,9 @@ struct CopyFileTests {
         #expect(try readFile(dir.file("dst")) == expected)
     }
 
-    @Test("copyFileRange copies the ranges in the kernel (holes stay), ends early on a short source, and says .copy where the files cannot be copied so")
-    func copyFileRange() async throws {
+    @Test("copyFileRange copies the ranges in the kernel (holes stay), ends early on a short source, and says .copy where the files cannot be copied so; one lane or four",
+          arguments: [1, 4])
+    func copyFileRange(lanes: Int) async throws {
         let dir = TemporaryDirectory()
         let size = 9 << 20 + 123
         let bytes = randomBytes(size, seed: 13)
@@ -198,7 +199,7 @@ struct CopyFileTests {
         #expect(ftruncate(output.rawValue, off_t(size)) == 0)
         let ranges: [Range<Int64>] = [0..<(3 << 20), (5 << 20)..<Int64(size)]
         let moved = Locked(0)
-        let ended = try await IO.copyFileRange(ranges, from: input, to: output, chunk: 1 << 20) { n in
+        let ended = try await IO.copyFileRange(ranges, from: input, to: output, chunk: 1 << 20, lanes: lanes) { n in
             moved.withLock { $0 += n }
         }
         #expect(ended == nil)
@@ -208,12 +209,18 @@ struct CopyFileTests {
         #expect(try readFile(dir.file("dst")) == expected)
         // Past the source's end: it ended there.
         #expect(try await IO.copyFileRange([Int64(size)..<Int64(size + 4096)], from: input, to: output) == Int64(size))
+        // A range past the end, in many pieces at once: it ended at the source's end, every byte before it copied.
+        let whole = try await IO.copyFileRange([0..<Int64(size + (5 << 20))], from: input, to: output, chunk: 1 << 20,
+                                               lanes: lanes) { _ in }
+        #expect(whole == Int64(size), "\(String(describing: whole))")
+        #expect(try readFile(dir.file("dst")) == bytes)
         // A pipe cannot be copied so: nothing copied, the caller is told to use another way.
         var fds: [Int32] = [0, 0]
         #expect(pipe(&fds) == 0)
         defer { close(fds[0]); close(fds[1]) }
         let error = await #expect(throws: IOError.self) {
-            try await IO.copyFileRange([0..<4096], from: input, to: FileDescriptor(rawValue: fds[1]))
+            try await IO.copyFileRange([0..<4096], from: input, to: FileDescriptor(rawValue: fds[1]), chunk: 1 << 20,
+                                       lanes: lanes) { _ in }
         }
         #expect(error?.operation == .copy, "\(String(describing: error))")
     }

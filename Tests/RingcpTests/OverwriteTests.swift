@@ -155,6 +155,46 @@ struct OverwriteTests {
         #expect(leftovers(in: dir.path).isEmpty && leftovers(in: dir.at("d")).isEmpty)
     }
 
+    @Test("two names of one file: --backup and --remove-destination copy onto a hard link, -bd backs up a symlink, -dl onto the file a symlink names does nothing (cp's same_file_ok)",
+          arguments: bothBackends)
+    func sameFileAllowed(backend: Backend) async throws {
+        for size in [5000, (1 << 20) + 5] {
+            let contents = randomBytes(size, seed: 31)
+            for option in ["-b", "--remove-destination", "-bf"] {
+                let dir = Scratch()
+                try writeFile(dir.at("foo"), contents)
+                guard link(dir.at("foo"), dir.at("hardlink")) == 0 else { throw TestFailure("link") }
+                let run = try await ringcp([option, "foo", "hardlink"], in: dir.path, backend: backend)
+                #expect(run.status == 0 && run.errorLines.isEmpty, "\(option): \(run)")
+                #expect(try readFile(dir.at("foo")) == contents)
+                #expect(try readFile(dir.at("hardlink")) == contents)
+                let (a, b) = (try lstatOf(dir.at("foo")), try lstatOf(dir.at("hardlink")))
+                #expect(a.st_ino != b.st_ino, "\(option): a new file")
+                #expect(exists(dir.at("hardlink~")) == (option != "--remove-destination"), "\(option)")
+            }
+        }
+        // Through a symlink the source is the link: still refused (the backup would leave it dangling).
+        let dir = Scratch()
+        try writeFile(dir.at("foo"), "XYZ")
+        try makeSymlink(dir.at("symlink"), to: "foo")
+        for option in ["-b", "--remove-destination"] {
+            let run = try await ringcp([option, "symlink", "foo"], in: dir.path, backend: backend)
+            #expect(run.status == 1 && run.errorLines == ["ringcp: 'symlink' and 'foo' are the same file"], "\(run)")
+        }
+        // -dl symlink foo: foo is what the link names already; nothing done, exit 0.
+        let linked = try await ringcp(["-dl", "symlink", "foo"], in: dir.path, backend: backend)
+        #expect(linked.status == 0 && linked.errorLines.isEmpty, "\(linked)")
+        // -bd sl1 sl2 (two symlinks to foo): sl2 backed up, then a copy of sl1.
+        try makeSymlink(dir.at("sl1"), to: "foo")
+        try makeSymlink(dir.at("sl2"), to: "foo")
+        let backedUp = try await ringcp(["-bd", "sl1", "sl2"], in: dir.path, backend: backend)
+        #expect(backedUp.status == 0, "\(backedUp)")
+        #expect(try lstatOf(dir.at("sl2~")).st_mode & S_IFMT == S_IFLNK)
+        #expect(try lstatOf(dir.at("sl2")).st_mode & S_IFMT == S_IFLNK)
+        #expect(try textOf(dir.at("foo")) == "XYZ")
+        #expect(leftovers(in: dir.path).isEmpty)
+    }
+
     @Test("a missing source: one line naming it, the other sources still copied, exit 1", arguments: bothBackends)
     func missingSource(backend: Backend) async throws {
         let dir = Scratch()

@@ -92,16 +92,19 @@ extension IO {
         try await copyFile(from: source, to: destination, options: CopyOptions(), engine: engine)
     }
 
-    /// Copies the file at `source` to `destination`, as `options` say.
+    /// Copies the file at `source` to `destination`, as `options` say: a
+    /// `FileCopier` with `replace: .atomic` for `atomically` (else
+    /// `.inPlace`), `exclusive` and `permissions` as given, the strategy
+    /// chosen per file.
     ///
     /// A regular file of at most `smallFileLimit` bytes takes two trips
     /// through the engine: its two opens in one batch, then one linked chain
     /// that reads it whole, writes it, closes both files and (with
     /// `atomically`) renames the new file into place. Many such copies
     /// running at once share each `io_uring_enter`; the copy holds the bytes
-    /// the stat counted. Anything larger, a file that shrinks under the copy,
-    /// and a short write (a full disk) stream through two channels with two
-    /// chunks read ahead and up to four writes outstanding.
+    /// the stat counted. A larger regular file is copied inside the kernel
+    /// (`copy_file_range`, else splices, else two channels); a FIFO or a
+    /// device on either side streams, in place.
     ///
     /// The destination is compared with the source (device and inode)
     /// before anything is truncated: a copy onto the source itself, or onto
@@ -119,91 +122,11 @@ extension IO {
     @discardableResult
     public static func copyFile(from source: FilePath, to destination: FilePath, options: CopyOptions,
                                 engine: IOEngine = .shared) async throws(IOError) -> Int64 {
-        // Relative paths are resolved against the current directory now; an empty one is EINVAL.
-        let source = try absolute(source).mapError { IOError(.openForReading, path: source, side: .source, errno: $0) }.get()
-        let destination = try absolute(destination).mapError {
-            IOError(.openForWriting, path: destination, side: .destination, errno: $0)
-        }.get()
-        var target = destination
-        if options.atomically {
-            guard let temporary = temporaryPath(beside: destination) else {
-                throw IOError(.create, path: destination, side: .destination, errno: .invalidArgument)
-            }
-            target = temporary
-        }
-        let created = options.atomically || options.exclusive
-        let paths = PathRequest.Paths(source: source, target: target,
-                                      destination: options.atomically ? destination : nil)
-        var pair: PathRequest.Pair
-        let outcome = await withUnsafeContinuation { (continuation: UnsafeContinuation<SmallFileCopy.Outcome, Never>) in
-            SmallFileCopy(paths: paths, permissions: options.permissions, createNew: created,
-                          noReplace: options.exclusive, engine: engine) { continuation.resume(returning: $0) }.start()
-        }
-        switch outcome {
-        case .copied(let bytes):
-            return bytes
-        case .failed(let error):
-            throw error
-        case .notSmall(let opened):
-            pair = opened
-        case .changed:
-            // Both files are closed (and the new one removed): again, by the general path.
-            pair = try await PathRequest.openPair(engine: engine, paths, permissions: options.permissions, createNew: created)
-        }
-        do throws(IOError) {
-            let bytes = try await streamCopy(from: pair.input, to: pair.output, paths, engine: engine)
-            if options.atomically {
-                do throws(Errno) {
-                    try await PathRequest.rename(engine: engine, from: target, to: destination,
-                                                 noReplace: options.exclusive)
-                } catch {
-                    throw IOError(.rename, path: destination, side: .destination, errno: error)
-                }
-            }
-            return bytes
-        } catch {
-            if created { _ = target.withPlatformString { unlink($0) } }
-            throw error
-        }
-    }
-
-    /// The channel copy: two chunks read ahead, up to four writes outstanding.
-    /// Closes `input` and `output` when done, whatever happens.
-    private static func streamCopy(from input: Int32, to output: Int32, _ paths: PathRequest.Paths,
-                                   engine: IOEngine) async throws(IOError) -> Int64 {
-        let writer = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: output), queue: .global,
-                               engine: engine) { _ in _ = close(output) }
-        defer { writer.close() }
-        let reader = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: input), queue: .global,
-                               engine: engine) { _ in _ = close(input) }
-        defer { reader.close() }
-        // Up to four writes outstanding (the writer pipelines them), two
-        // chunks read ahead: about 6 MiB in buffers, whatever the file size.
-        let window = WriteWindow(limit: 4)
-        var total: Int64 = 0
-        var chunks = reader.chunks().makeAsyncIterator()
-        while true {
-            let next: DataChunk?
-            do throws(Errno) { next = try await chunks.next() } catch {
-                await window.drain()
-                throw IOError(.read, path: paths.source, side: .source, errno: error)
-            }
-            guard let chunk = next else { break }
-            do throws(Errno) { try await window.acquire() } catch {
-                await window.drain()
-                throw IOError(.write, path: paths.shownDestination, side: .destination, errno: error)
-            }
-            total += Int64(chunk.count)
-            writer.core.submit(direction: .write, offset: 0, length: chunk.count, data: chunk, queue: writer.core.queue,
-                               options: OperationOptions(inline: true)) { done, _, error in
-                if done { window.release(error) }
-            }
-        }
-        await window.drain()
-        if let error = window.firstError {
-            throw IOError(.write, path: paths.shownDestination, side: .destination, errno: error)
-        }
-        return total
+        var copier = FileCopier(engine: engine)
+        copier.replace = options.atomically ? .atomic : .inPlace
+        copier.exclusive = options.exclusive
+        copier.permissions = options.permissions
+        return try await copier.copy(from: source, to: destination).bytes
     }
 }
 
@@ -244,6 +167,9 @@ enum PathRequest {
         let info: FileInfo
         let input: Int32
         let output: Int32
+        /// What the final destination is, when it was stat'ed (a rename at
+        /// the end) and exists: a FIFO or a device there is written in place.
+        var destinationKind: FileKind? = nil
     }
 
     /// The source's stat and both files open. With `permissions` and
@@ -257,6 +183,7 @@ enum PathRequest {
     /// stat'ed in the same batch and compared. `completion` runs on the
     /// engine's thread or on `IOQueue.global`.
     static func openPair(engine: IOEngine, _ paths: Paths, permissions: FilePermissions?, createNew: Bool,
+                         readable: Bool = false,
                          _ completion: @escaping @Sendable (Result<Pair, IOError>) -> Void) {
         let memory = RequestMemory(paths: [paths.source, paths.target] + (paths.destination.map { [$0] } ?? []),
                                    statx: true)
@@ -267,7 +194,7 @@ enum PathRequest {
         let statDestination: [IORequest.Operation] = paths.destination == nil ? [] : [
             .statx(directory: AT_FDCWD, path: memory.paths[2], flags: 0, mask: mask, buffer: memory.statx! + 1),
         ]
-        let targetFlags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | (createNew ? O_EXCL : 0)
+        let targetFlags = (readable ? O_RDWR : O_WRONLY) | O_CREAT | O_CLOEXEC | O_NOCTTY | (createNew ? O_EXCL : 0)
         let shown = paths.shownDestination
         let sameFile = IOError(.copyOntoSource, path: shown, side: .destination, errno: .invalidArgument)
         /// `results`: the source's statx, its open, the target's open, then the destination's statx if any.
@@ -294,7 +221,9 @@ enum PathRequest {
                     completion(.failure(failure))
                 }
             }
-            let pair = Pair(info: info!, input: input, output: output)
+            let pair = Pair(info: info!, input: input, output: output,
+                            destinationKind: results.count > 3 && results[3] >= 0
+                                ? FileInfo((memory.statx! + 1).pointee).kind : nil)
             if createNew { return completion(.success(pair)) }
             // An existing file: which one is it? Then truncated, off the engine's thread.
             IOQueue.global.async {
@@ -341,9 +270,9 @@ enum PathRequest {
     }
 
     static func openPair(engine: IOEngine, _ paths: Paths, permissions: FilePermissions?,
-                         createNew: Bool) async throws(IOError) -> Pair {
+                         createNew: Bool, readable: Bool = false) async throws(IOError) -> Pair {
         let result = await withUnsafeContinuation { continuation in
-            openPair(engine: engine, paths, permissions: permissions, createNew: createNew) {
+            openPair(engine: engine, paths, permissions: permissions, createNew: createNew, readable: readable) {
                 continuation.resume(returning: $0)
             }
         }

@@ -28,16 +28,27 @@ struct SmallFileCopy: Sendable {
     let permissions: FilePermissions?
     let createNew: Bool
     let noReplace: Bool
+    /// The chain may copy the file (else both files are opened only, for
+    /// another strategy).
+    var chain = true
+    /// The new file is flushed (`fsync`) before it is closed and renamed.
+    var sync = false
+    /// The target is opened for reading and writing (direct I/O merges a partial last block).
+    var readable = false
     let engine: IOEngine
     let completion: @Sendable (Outcome) -> Void
 
     func start() {
-        PathRequest.openPair(engine: engine, paths, permissions: permissions, createNew: createNew) { result in
+        PathRequest.openPair(engine: engine, paths, permissions: permissions, createNew: createNew,
+                             readable: readable) { result in
             switch result {
             case .failure(let error):
                 completion(.failed(error))
             case .success(let pair):
-                if pair.info.kind == .regular && pair.info.size == 0 {
+                // A FIFO or a device at the destination is never renamed over: written in place, by the caller.
+                if !chain || (pair.destinationKind.map { $0 != .regular } ?? false) {
+                    completion(.notSmall(pair))
+                } else if pair.info.kind == .regular && pair.info.size == 0 {
                     probe(pair.input, pair.output)
                 } else if pair.info.kind == .regular && pair.info.size <= Int64(IO.smallFileLimit) {
                     copy(pair.input, pair.output, size: Int(pair.info.size))
@@ -73,18 +84,20 @@ struct SmallFileCopy: Sendable {
         if readFrom == nil {
             chain.append(.read(fd: input, buffer: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]), offset: 0))
         }
-        chain += [
-            .write(fd: output, buffer: UnsafeRawBufferPointer(rebasing: buffer[0..<size]), offset: 0),
-            .close(fd: input),
-            .close(fd: output),
-        ]
+        chain.append(.write(fd: output, buffer: UnsafeRawBufferPointer(rebasing: buffer[0..<size]), offset: 0))
+        if sync { chain.append(.fsync(fd: output, dataOnly: false)) }
+        chain += [.close(fd: input), .close(fd: output)]
         if paths.destination != nil {
             chain.append(.renameat(oldDirectory: AT_FDCWD, oldPath: memory.paths[0], newDirectory: AT_FDCWD,
                                    newPath: memory.paths[1], flags: noReplace ? UInt32(RENAME_NOREPLACE) : 0))
         }
-        memory.submit(engine: engine, chain, linked: true) { [paths, createNew, completion] chainResults in
-            // As if the read were part of the chain.
-            let results = readFrom == nil ? chainResults : [Int32(size)] + chainResults
+        memory.submit(engine: engine, chain, linked: true) { [paths, createNew, sync, completion] chainResults in
+            // As if the read were part of the chain, and without the fsync (its failure is the write's).
+            var results = readFrom == nil ? chainResults : [Int32(size)] + chainResults
+            if sync {
+                let flushed = results.remove(at: 2)
+                if flushed < 0 && flushed != -ECANCELED && results[1] == size { results[1] = flushed }
+            }
             if results.allSatisfy({ $0 >= 0 }) && results[0] == size && results[1] == size {
                 return completion(.copied(Int64(size)))
             }

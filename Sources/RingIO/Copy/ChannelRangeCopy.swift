@@ -3,10 +3,9 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import RingIO
 import SystemPackage
 
-/// A failed copy: which side failed, and how.
+/// A failed byte copy: which side failed, and how.
 struct CopyFailure: Error, Sendable {
     enum Side: Sendable { case read, write }
     let side: Side
@@ -18,21 +17,25 @@ struct CopyFailure: Error, Sendable {
 /// at once, each delivered chunk written at its own offset while later
 /// reads run, with at most `writeWindow` bytes being written.
 ///
-/// Progress comes from the channels' handler calls: every written chunk,
-/// and the read channel's strict interval, which calls the read handler
-/// every `interval` even while a read is stuck on a slow device.
+/// `progress` hears of every written chunk. With `holes`, blocks of
+/// zeros (4 KiB, at 4 KiB offsets) are not written: the destination, sized
+/// beforehand, keeps a hole there (`FileCopier`'s `sparse: .always`).
+///
+/// The channels do not close the descriptors: `run` returns once both
+/// channels are closed, and the caller closes them.
 // @unchecked: every `var` is touched only on `queue`, a serial IOQueue:
 // by the channels' handlers, which run there, and by `start`/`cancel`,
 // which hop there.
-final class ChannelCopy: @unchecked Sendable {
+final class ChannelRangeCopy: @unchecked Sendable {
     static let readSize = 4 << 20
     static let maximumReads = 4
     static let writeWindow = 16 << 20
 
-    private let queue = IOQueue(label: "ringcp.copy")
+    private let queue = IOQueue(label: "ringio.copy")
     private let reader: IOChannel
     private let writer: IOChannel
-    private let progress: Progress?
+    private let progress: @Sendable (Int) -> Void
+    private let holes: Bool
     private var pending: [Range<Int64>]
     private var readsInFlight = 0
     private var bytesBeingWritten = 0
@@ -48,9 +51,10 @@ final class ChannelCopy: @unchecked Sendable {
     /// - Parameter direct: both channels use O_DIRECT where the file systems
     ///   allow it (`destination` must then be open for reading too: a partial
     ///   last block is read, merged and written).
-    init(source: FileDescriptor, destination: FileDescriptor, regions: [Range<Int64>], progress: Progress?,
-         direct: Bool = false) {
+    init(source: FileDescriptor, destination: FileDescriptor, regions: [Range<Int64>], direct: Bool = false,
+         holes: Bool = false, engine: IOEngine = .shared, progress: @escaping @Sendable (Int) -> Void = { _ in }) {
         self.progress = progress
+        self.holes = holes
         var chunks: [Range<Int64>] = []
         for region in regions {
             var offset = region.lowerBound
@@ -65,14 +69,13 @@ final class ChannelCopy: @unchecked Sendable {
         let closed = Closed()
         self.closed = closed
         let cleanup: @Sendable (Errno?) -> Void = { _ in closed.arrive() }
-        reader = IOChannel(kind: .random, fileDescriptor: source, queue: queue, cleanup: cleanup)
-        writer = IOChannel(kind: .random, fileDescriptor: destination, queue: queue, cleanup: cleanup)
+        reader = IOChannel(kind: .random, fileDescriptor: source, queue: queue, engine: engine, cleanup: cleanup)
+        writer = IOChannel(kind: .random, fileDescriptor: destination, queue: queue, engine: engine, cleanup: cleanup)
         if direct {
             reader.setDirectIO(.preferred)
             writer.setDirectIO(.preferred)
         }
         reader.setHighWater(IOChannel.chunkSize)
-        reader.setInterval(.milliseconds(100), strict: true)
     }
 
     /// Copies everything; on task cancellation stops both channels and
@@ -113,7 +116,6 @@ final class ChannelCopy: @unchecked Sendable {
                 cursor.next += Int64(data.count)
             }
             let next = cursor.next
-            progress?.tick()
             if let error {
                 fail(CopyFailure(side: .read, errno: error))
             } else if done && next < range.upperBound {
@@ -129,6 +131,27 @@ final class ChannelCopy: @unchecked Sendable {
     }
 
     private func write(_ data: DataChunk, at offset: Int64) {
+        guard holes else { return writeRun(data, at: offset) }
+        // Runs of blocks that are not all zeros; the rest stays a hole.
+        let block = 4096
+        var start: Int?
+        var position = 0
+        while position < data.count {
+            let end = Swift.min(position + block, data.count)
+            let zero = data.subrange(position..<end).apply { _, _, bytes in bytes.allSatisfy { $0 == 0 } }
+            if zero, let from = start {
+                writeRun(data.subrange(from..<position), at: offset + Int64(from))
+                start = nil
+            } else if !zero && start == nil {
+                start = position
+            }
+            if zero { progress(end - position) }
+            position = end
+        }
+        if let from = start { writeRun(data.subrange(from..<data.count), at: offset + Int64(from)) }
+    }
+
+    private func writeRun(_ data: DataChunk, at offset: Int64) {
         bytesBeingWritten += data.count
         let count = data.count
         writer.write(offset: offset, data: data, queue: queue) { [self] done, _, error in
@@ -137,8 +160,7 @@ final class ChannelCopy: @unchecked Sendable {
             if let error {
                 fail(CopyFailure(side: .write, errno: error))
             } else {
-                progress?.add(count)
-                progress?.tick()
+                progress(count)
             }
             pump()
         }
