@@ -49,9 +49,16 @@ extension IO {
     public static func readFile(at path: FilePath, maximumSize: Int = defaultMaximumFileSize,
                                 engine: IOEngine = .shared) async throws(IOError) -> DataChunk {
         let path = try absolute(path).mapError { IOError(.openForReading, path: path, errno: $0) }.get()
+        let limit = Swift.max(maximumSize, 0)
+        if Task.isCancelled { throw IOError(.read, path: path, errno: .canceled) }
+        // A small regular file: an open and one read (SmallFileRead.swift).
+        switch await SmallFileRead.read(path, maximumSize: limit, engine: engine) {
+        case .done(let bytes): return bytes
+        case .failed(let error): throw error
+        case .general: break
+        }
         let channel = try IOChannel(kind: .stream, path: path, mode: .readOnly, queue: .global, engine: engine)
         defer { channel.close() }
-        let limit = Swift.max(maximumSize, 0)
         let bytes: DataChunk
         do throws(Errno) {
             bytes = try await channel.read(length: limit == .max ? .max : limit + 1)
