@@ -33,8 +33,22 @@ struct SmallFileReadTests {
         }
         for _ in 0..<20 {
             for (i, size) in sizes.enumerated() {
-                let data = try await IO.readFile(at: FilePath(dir.file("f\(i)")), engine: engine)
+                let path = FilePath(dir.file("f\(i)"))
+                let data = try await IO.readFile(at: path, engine: engine)
                 #expect(Array(data) == randomBytes(size, seed: UInt64(700 + i)), "size \(size)")
+                // Without the engine, where the kernel has RESOLVE_CACHED and RWF_NOWAIT.
+                if let bytes = SmallFileRead.readWithoutBlocking(path, maximumSize: .max) {
+                    #expect(size <= SmallFileRead.limit && Array(bytes) == randomBytes(size, seed: UInt64(700 + i)))
+                }
+                // The engine's path, which IO.readFile takes when something is not cached.
+                switch await SmallFileRead.read(path, maximumSize: .max, engine: engine) {
+                case .done(let bytes):
+                    #expect(size <= SmallFileRead.limit && Array(bytes) == randomBytes(size, seed: UInt64(700 + i)))
+                case .general:
+                    #expect(size > SmallFileRead.limit, "size \(size)")
+                case .failed(let error):
+                    Issue.record("size \(size): \(error)")
+                }
                 // The small path closes its fd before it returns (the channel
                 // path, for the largest, closes its own a little later).
                 if size <= SmallFileRead.limit { #expect(descriptors(into: dir.path) == 0, "size \(size)") }
@@ -55,18 +69,27 @@ struct SmallFileReadTests {
             var threads: Set<String> = []
             let before = engine.enterCalls
             for i in 0..<files {
-                let data = try await IO.readFile(at: FilePath(base + "/f\(i)"), engine: engine)
+                let path = FilePath(base + "/f\(i)")
+                let data = try await IO.readFile(at: path, engine: engine)
                 threads.insert(currentThreadName(engine))
                 if Array(data) != pattern(stream: i, block: 0, count: 12 << 10) { mismatches += 1 }
+                // The engine's path (IO.readFile read these cached files on the ring thread directly).
+                guard case .done(let again) = await SmallFileRead.read(path, maximumSize: .max, engine: engine) else {
+                    mismatches += 1
+                    continue
+                }
+                threads.insert(currentThreadName(engine))
+                if Array(again) != pattern(stream: i, block: 0, count: 12 << 10) { mismatches += 1 }
             }
             return (mismatches, threads, engine.enterCalls - before)
         }
         #expect(mismatches == 0)
         if backend == .ioUring {
             #expect(threads == ["ring"])
-            // An open and a read, each entering the kernel with the ring
-            // thread's next io_uring_enter (the channel path took a statx, an
-            // open, two reads and their turns: 5 or more).
+            // IO.readFile of a cached file: none; the engine's path: an open and
+            // a read, each entering the kernel with the ring thread's next
+            // io_uring_enter (the channel path took a statx, an open, two reads
+            // and their turns: 5 or more).
             #expect(enters <= UInt64(3 * files), "\(enters) io_uring_enter calls for \(files) files")
         }
     }

@@ -51,7 +51,9 @@ extension IO {
         let path = try absolute(path).mapError { IOError(.openForReading, path: path, errno: $0) }.get()
         let limit = Swift.max(maximumSize, 0)
         if Task.isCancelled { throw IOError(.read, path: path, errno: .canceled) }
-        // A small regular file: an open and one read (SmallFileRead.swift).
+        // A small regular file: read at once where nothing has to wait for
+        // the device, else an open and one read (SmallFileRead.swift).
+        if let bytes = SmallFileRead.readWithoutBlocking(path, maximumSize: limit) { return bytes }
         switch await SmallFileRead.read(path, maximumSize: limit, engine: engine) {
         case .done(let bytes): return bytes
         case .failed(let error): throw error

@@ -5,6 +5,7 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+import Synchronization
 
 /// The small-file path of `IO.readFile`: an open, then one read of the
 /// whole file, the second submitted from the first one's completion on the
@@ -41,6 +42,43 @@ enum SmallFileRead {
         /// Not a regular file of 1 ... `limit` bytes, or it grew since the
         /// stat: read it through a channel.
         case general
+    }
+
+    /// Cleared when the kernel lacks `openat2`'s `RESOLVE_CACHED` or `RWF_NOWAIT`.
+    private static let inlineSupported = Atomic<Bool>(true)
+
+    /// The whole file read on the calling thread where that cannot block: the
+    /// path resolved from the dentry cache only (`openat2` with
+    /// `RESOLVE_CACHED`) and the bytes from the page cache only (`preadv2`
+    /// with `RWF_NOWAIT`), which is what io_uring itself tries first, inline,
+    /// before it hands a request to its workers. `nil` when anything would
+    /// wait for the device (or failed): the caller goes through the engine,
+    /// which gives the errors.
+    static func readWithoutBlocking(_ path: FilePath, maximumSize: Int) -> DataChunk? {
+        guard inlineSupported.load(ordering: .relaxed) else { return nil }
+        let fd = path.withPlatformString { cliburing_open_cached($0, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
+        guard fd >= 0 else {
+            let e = cliburing_errno()
+            if e == ENOSYS || e == EINVAL || e == EPERM { inlineSupported.store(false, ordering: .relaxed) }
+            return nil
+        }
+        defer { _ = close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size > 0, st.st_size <= limit,
+              Int(st.st_size) <= maximumSize else { return nil }
+        let size = Int(st.st_size)
+        let base = malloc(size + 1)!
+        let n = cliburing_pread_nowait(fd, base, size + 1, 0)
+        // Fewer bytes than the stat said: part of the file is not cached (or it
+        // shrank); more: it grew. The engine's read settles both.
+        guard n == size else {
+            if n < 0, cliburing_errno() == EOPNOTSUPP || cliburing_errno() == EINVAL {
+                inlineSupported.store(false, ordering: .relaxed)
+            }
+            free(base)
+            return nil
+        }
+        return DataChunk(bytesNoCopy: UnsafeRawBufferPointer(start: base, count: size), deallocator: .free)
     }
 
     static func read(_ path: FilePath, maximumSize: Int, engine: IOEngine) async -> Outcome {
