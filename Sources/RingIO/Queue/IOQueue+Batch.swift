@@ -13,7 +13,7 @@ import Synchronization
 /// Only the thread that runs `collect` is affected; other threads enqueue
 /// as usual. Items for the ring queue (`IOEngine.queue`) are collected too
 /// and run on the ring thread, as they would have.
-// @unchecked: `pending`, `groups` and `index` are touched only by the thread
+// @unchecked: `pending`, `mixed`, `sole`, `groups`, `index` and `jobs` are touched only by the thread
 // running `collect` (the ring thread that owns this batch); the statistics
 // are atomics.
 final class DeliveryBatch: @unchecked Sendable {
@@ -49,12 +49,36 @@ final class DeliveryBatch: @unchecked Sendable {
     }
 
     func add(_ queue: IOQueue, _ item: IOQueue.Item) {
+        if !mixed, let first = pending.first?.queue, first !== queue { mixed = true }
         pending.append((queue, item))
     }
+
+    /// `pending` holds items of more than one queue.
+    private var mixed = false
+    private var sole: [IOQueue.Item] = []
 
     private func flush() {
         guard !pending.isEmpty else { return }
         let count = pending.count
+        defer {
+            batches.add(1, ordering: .relaxed)
+            items.add(count, ordering: .relaxed)
+            if !jobs.isEmpty {
+                poolSubmissions.add(1, ordering: .relaxed)
+                WorkerPool.shared.submit(contentsOf: jobs)
+                jobs.removeAll(keepingCapacity: true)
+            }
+        }
+        if !mixed {
+            // The common case: every item is for one queue.
+            let queue = pending[0].queue
+            for (_, item) in pending { sole.append(item) }
+            pending.removeAll(keepingCapacity: true)
+            queue.enqueue(batch: sole, jobs: &jobs)
+            sole.removeAll(keepingCapacity: true)
+            return
+        }
+        mixed = false
         for (queue, item) in pending {
             let id = ObjectIdentifier(queue)
             if let i = index[id] {
@@ -68,13 +92,6 @@ final class DeliveryBatch: @unchecked Sendable {
         index.removeAll(keepingCapacity: true)
         for group in groups { group.queue.enqueue(batch: group.items, jobs: &jobs) }
         groups.removeAll(keepingCapacity: true)
-        batches.add(1, ordering: .relaxed)
-        items.add(count, ordering: .relaxed)
-        if !jobs.isEmpty {
-            poolSubmissions.add(1, ordering: .relaxed)
-            WorkerPool.shared.submit(contentsOf: jobs)
-            jobs.removeAll(keepingCapacity: true)
-        }
     }
 }
 
