@@ -33,6 +33,12 @@ extension IO {
     /// most `maximumSize + 1` bytes; pass a larger limit, or read with
     /// ``IOChannel/chunks(offset:length:)`` to stream a file of any size.
     ///
+    /// A regular file of up to 256 KiB whose path and bytes are cached is
+    /// read on the calling thread, without waiting for the device and
+    /// without suspending; otherwise with an open and one read through the
+    /// engine (more reads, through a channel, for a larger file or one that
+    /// is not regular).
+    ///
     /// ```swift
     /// let config = try await IO.readFile(at: "config.json", maximumSize: 1 << 20)
     /// ```
