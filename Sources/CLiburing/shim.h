@@ -22,6 +22,8 @@
 #include <sys/prctl.h>
 #include <sys/ioctl.h>
 #include <linux/fs.h>
+#include <sys/uio.h>
+#include <errno.h>
 
 static inline unsigned cliburing_iosqe_fixed_file(void) { return IOSQE_FIXED_FILE; }
 static inline unsigned cliburing_iosqe_io_drain(void) { return IOSQE_IO_DRAIN; }
@@ -108,5 +110,28 @@ static inline void cliburing_sqe_use_fixed_file(struct io_uring_sqe *sqe) { sqe-
 
 /// Names the calling thread (what ps, top and gdb show); at most 15 bytes are kept.
 static inline void cliburing_set_thread_name(const char *name) { prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0); }
+
+/// openat2 with RESOLVE_CACHED: fails with EAGAIN instead of walking a path
+/// that is not all in the dentry cache (Linux 5.12); -1 with ENOSYS where
+/// the kernel headers lack openat2.
+static inline int cliburing_open_cached(const char *path, int flags) {
+#if defined(SYS_openat2) && __has_include(<linux/openat2.h>)
+    struct { unsigned long long flags, mode, resolve; } how = { (unsigned long long)(unsigned)flags, 0, 0x20 /* RESOLVE_CACHED */ };
+    return (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+#else
+    (void)path; (void)flags;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+ssize_t preadv2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags);
+
+/// preadv2 with RWF_NOWAIT: fails with EAGAIN (or reads less) instead of
+/// waiting for pages that are not in the page cache.
+static inline long cliburing_pread_nowait(int fd, void *buffer, size_t length, long long offset) {
+    struct iovec v = { buffer, length };
+    return preadv2(fd, &v, 1, (off_t)offset, 0x8 /* RWF_NOWAIT */);
+}
 
 #endif

@@ -18,6 +18,9 @@ let systemNames: [String: String] = [
     "cp": "cp",
     "ringcp": "ringcp",
     "fio": "fio io_uring",
+    "ringio-async-ring": "RingIO async API on IOEngine.queue",
+    "ringio-ring": "RingIO handler API on IOEngine.queue",
+    "foundation": "Foundation Data(contentsOf:)",
 ]
 
 /// What the cases share: the inputs and the tools found.
@@ -35,11 +38,14 @@ final class Bench {
     let cold: Bool
     /// How many random reads the slower systems make (their rate is per read, so fewer suffice).
     let slowReads: Int
+    /// The checksum of the `readfile` workload's files.
+    let readFileSums: UInt64
     /// Small-file copies made so far (each into a directory of its own).
     private var treeCopies = 0
 
-    init(options: Options, workspace: Workspace, sums: SourceSums, fio: Fio?, cold: Bool) {
+    init(options: Options, workspace: Workspace, sums: SourceSums, readFileSums: UInt64, fio: Fio?, cold: Bool) {
         self.options = options
+        self.readFileSums = readFileSums
         self.workspace = workspace
         self.sums = sums
         self.fio = fio
@@ -56,7 +62,7 @@ final class Bench {
 
     /// Every case, in the order of the tables.
     func cases() -> [Case] {
-        readCases() + copyCases() + randomCases(depth: 32) + randomCases(depth: 1) + fileCases() + appendCases()
+        readCases() + copyCases() + randomCases(depth: 32) + randomCases(depth: 1) + fileCases() + readFileCases() + appendCases()
     }
 
     private func readCases() -> [Case] {
@@ -242,6 +248,31 @@ final class Bench {
         let elapsed = try copy(workspace.smallFiles, destination)
         try requireIdenticalTrees(workspace.smallFiles, destination)
         return Sample(rate: Double(options.files) / elapsed)
+    }
+
+    private func readFileCases() -> [Case] {
+        let (dir, count, timeout) = (workspace.readFiles, options.files, timeout)
+        let expected = readFileSums
+        func checked(_ what: String, _ run: () throws -> (seconds: Double, sums: UInt64)) throws -> Sample {
+            try prepareSource(big: false)
+            let result = try run()
+            guard result.sums == expected else { throw BenchError("\(what): wrong bytes (checksum differs)") }
+            return Sample(rate: Double(count) / result.seconds)
+        }
+        return [
+            Case(workload: .readfile, system: "ringio-async", label: "RingIO IO.readFile, from a task", check: .checksum) {
+                try checked("IO.readFile") { try ReadFileCases.ringio(dir, count: count, onRing: false, timeout: timeout) }
+            },
+            Case(workload: .readfile, system: "ringio-async-ring", label: "RingIO IO.readFile, from a task on IOEngine.queue", check: .checksum) {
+                try checked("IO.readFile on the ring") { try ReadFileCases.ringio(dir, count: count, onRing: true, timeout: timeout) }
+            },
+            Case(workload: .readfile, system: "foundation", label: "Foundation Data(contentsOf:)", check: .checksum) {
+                try checked("Data(contentsOf:)") { try ReadFileCases.foundation(dir, count: count) }
+            },
+            Case(workload: .readfile, system: "plain", label: "open/fstat/read/close loop", check: .checksum) {
+                try checked("read loop") { try ReadFileCases.plain(dir, count: count) }
+            },
+        ]
     }
 
     private func appendCases() -> [Case] {

@@ -19,6 +19,7 @@ struct Workspace {
     func destination(_ name: String) -> String { "\(dir)/copy-\(name).bin" }
     /// The small files' directory, and a system's copy of it.
     var smallFiles: String { dir + "/small" }
+    var readFiles: String { dir + "/small12" }
     func destinationTree(_ name: String) -> String { "\(dir)/tree-\(name)" }
     func log(_ name: String) -> String { "\(dir)/log-\(name).bin" }
 

@@ -145,6 +145,8 @@ struct Report {
                 }
             case .files:
                 out += "Each file is \(4) KiB; the destination directory is new each time, and the copies are removed only at the end of the run (creating files right after deleting thousands is slow on ext4).\n\n"
+            case .readfile:
+                out += "Each file is 12 KiB and page-cached; each system reads them all, one at a time, and checks every byte.\n\n"
             case .append:
                 out += "Each record: its index (8 bytes) and a fixed payload; the file is new each time; the time includes the final fsync.\n\n"
             case .read:
@@ -152,7 +154,7 @@ struct Report {
             }
             var header = ["system", workload.unit.rawValue, "min – max", "÷ RingIO"]
             var lines = rows.map { s -> [String] in
-                let format = { (v: Double) in workload == .files || workload.unit == .reads ? grouped(v) : fixed(v, 2) }
+                let format = { (v: Double) in workload.unit == .files || workload.unit == .reads ? grouped(v) : fixed(v, 2) }
                 guard let m = s.median, let lo = s.min, let hi = s.max else {
                     return [s.label, "FAILED", "", ""] + (workload == .copy ? ["", ""] : [])
                 }

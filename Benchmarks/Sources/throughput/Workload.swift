@@ -4,7 +4,7 @@ import BenchSupport
 
 /// One workload: the same work given to every system.
 enum Workload: String, CaseIterable, Sendable {
-    case read, copy, random32, random1, files, append
+    case read, copy, random32, random1, files, readfile, append
 
     enum Unit: String, Sendable {
         case bytes = "GiB/s", reads = "reads/s", files = "files/s"
@@ -25,7 +25,7 @@ enum Workload: String, CaseIterable, Sendable {
         switch self {
         case .read, .copy, .append: .bytes
         case .random32, .random1: .reads
-        case .files: .files
+        case .files, .readfile: .files
         }
     }
 
@@ -37,6 +37,7 @@ enum Workload: String, CaseIterable, Sendable {
         case .random32: "\(grouped(Double(reads))) random 4 KiB reads of the cached file, 32 in flight"
         case .random1: "\(grouped(Double(reads))) random 4 KiB reads of the cached file, 1 in flight"
         case .files: "\(grouped(Double(files))) files of 4 KiB copied into a new directory"
+        case .readfile: "\(grouped(Double(files))) files of 12 KiB read whole, one after another"
         case .append: "Append log: \(grouped(Double(log.records))) records of \(log.recordSize >> 10) KiB (\(sizeText(log.totalBytes))), then fsync"
         }
     }
@@ -48,6 +49,7 @@ enum Workload: String, CaseIterable, Sendable {
         case .random32: "Random 4 KiB reads, 32 in flight (reads/s)"
         case .random1: "Random 4 KiB reads, 1 in flight (reads/s)"
         case .files: "Small files copied (files/s)"
+        case .readfile: "Small files read whole (files/s)"
         case .append: "Append log + fsync (GiB/s)"
         }
     }

@@ -8,6 +8,7 @@
 //   random32  random 4 KiB reads of the cached file, 32 in flight (reads/s)
 //   random1   the same, 1 in flight (reads/s)
 //   files     2,000 files of 4 KiB copied into a new directory (files/s)
+//   readfile  2,000 files of 12 KiB read whole, one after another (files/s)
 //   append    an append log of 64 KiB records, 256 MiB, then fsync (GiB/s)
 // Systems: RingIO's handler API and async API, DispatchIO, SwiftNIO's
 // FileSystem and NonBlockingFileIO, a plain system-call loop, cp (and
@@ -96,9 +97,11 @@ let fio = Fio.locate()
 let loadBefore = loadAverage()
 progress("throughput: generating \(sizeText(options.size)) and \(options.files) small files in \(workspace.dir)")
 let sums: SourceSums
+let readFileSums: UInt64
 do {
     sums = try generate(workspace.source, size: options.size)
     try generateSmallFiles(workspace.smallFiles, count: options.files, size: 4096)
+    readFileSums = try ReadFileCases.generate(workspace.readFiles, count: options.files)
     try readThrough(workspace.source)
 } catch {
     print("throughput: \(error)")
@@ -106,7 +109,7 @@ do {
     exit(1)
 }
 
-let bench = Bench(options: options, workspace: workspace, sums: sums, fio: fio, cold: cold)
+let bench = Bench(options: options, workspace: workspace, sums: sums, readFileSums: readFileSums, fio: fio, cold: cold)
 var cases = bench.cases()
 if !options.only.isEmpty {
     cases = cases.filter { c in options.only.contains { c.key.contains($0) } }

@@ -33,6 +33,12 @@ extension IO {
     /// most `maximumSize + 1` bytes; pass a larger limit, or read with
     /// ``IOChannel/chunks(offset:length:)`` to stream a file of any size.
     ///
+    /// A regular file of up to 256 KiB whose path and bytes are cached is
+    /// read on the calling thread, without waiting for the device and
+    /// without suspending; otherwise with an open and one read through the
+    /// engine (more reads, through a channel, for a larger file or one that
+    /// is not regular).
+    ///
     /// ```swift
     /// let config = try await IO.readFile(at: "config.json", maximumSize: 1 << 20)
     /// ```
@@ -49,9 +55,18 @@ extension IO {
     public static func readFile(at path: FilePath, maximumSize: Int = defaultMaximumFileSize,
                                 engine: IOEngine = .shared) async throws(IOError) -> DataChunk {
         let path = try absolute(path).mapError { IOError(.openForReading, path: path, errno: $0) }.get()
+        let limit = Swift.max(maximumSize, 0)
+        if Task.isCancelled { throw IOError(.read, path: path, errno: .canceled) }
+        // A small regular file: read at once where nothing has to wait for
+        // the device, else an open and one read (SmallFileRead.swift).
+        if let bytes = SmallFileRead.readWithoutBlocking(path, maximumSize: limit) { return bytes }
+        switch await SmallFileRead.read(path, maximumSize: limit, engine: engine) {
+        case .done(let bytes): return bytes
+        case .failed(let error): throw error
+        case .general: break
+        }
         let channel = try IOChannel(kind: .stream, path: path, mode: .readOnly, queue: .global, engine: engine)
         defer { channel.close() }
-        let limit = Swift.max(maximumSize, 0)
         let bytes: DataChunk
         do throws(Errno) {
             bytes = try await channel.read(length: limit == .max ? .max : limit + 1)

@@ -292,6 +292,28 @@ public final class IOEngine: Sendable {
     @_spi(Engine)
     public var enterCalls: UInt64 { uring?.enterCalls ?? 0 }
 
+    /// What the ring thread handed to queues (other than by running a
+    /// handler inline): items, the reaps they came from, and the worker-pool
+    /// submissions that took them over. io_uring only (all zero on the
+    /// thread pool); for tests and benchmarks.
+    @_spi(Engine)
+    public struct DeliveryStatistics: Sendable, Equatable {
+        /// Reaps whose completions handed at least one item to a queue.
+        public var batches: Int
+        /// Items handed to queues.
+        public var items: Int
+        /// Submissions to the worker pool (a thread wake-up at most each).
+        public var poolSubmissions: Int
+    }
+
+    @_spi(Engine)
+    public var deliveryStatistics: DeliveryStatistics {
+        guard let delivery = uring?.delivery else { return DeliveryStatistics(batches: 0, items: 0, poolSubmissions: 0) }
+        return DeliveryStatistics(batches: delivery.batches.load(ordering: .relaxed),
+                                  items: delivery.items.load(ordering: .relaxed),
+                                  poolSubmissions: delivery.poolSubmissions.load(ordering: .relaxed))
+    }
+
     /// How the engine used its registered buffers and files so far (all
     /// zero on the thread pool; for tests and benchmarks).
     @_spi(Engine)

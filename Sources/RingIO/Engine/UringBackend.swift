@@ -86,6 +86,9 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     var stopping = false
     var stopped = false
 
+    /// The hand-offs of one reap to the queues (ring thread only, but its counters).
+    let delivery = DeliveryBatch()
+
     /// `io_uring_enter` calls so far, for tests and benchmarks.
     private let enterCounter = Atomic<UInt64>(0)
     var enterCalls: UInt64 { enterCounter.load(ordering: .relaxed) }
@@ -335,21 +338,10 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                 fatalError("RingIO: io_uring_enter failed unexpectedly: \(Errno(rawValue: -rc))")
             }
 
-            // 5. Reap everything that is ready.
-            while true {
-                let n = cqes.withUnsafeMutableBufferPointer { buffer in
-                    Int(io_uring_peek_batch_cqe(ring, buffer.baseAddress, UInt32(buffer.count)))
-                }
-                if n == 0 { break }
-                for i in 0..<n {
-                    let cqe = cqes[i]!.pointee
-                    results.append((cqe.user_data, cqe.res))
-                }
-                io_uring_cq_advance(ring, UInt32(n))
-                for (userData, res) in results { complete(userData: userData, res: res) }
-                results.removeAll(keepingCapacity: true)
-                if n < cqes.count { break }
-            }
+            // 5. Reap everything that is ready. What the completions hand to
+            //    queues goes over after the reap, one step per queue and one
+            //    pool submission in all (IOQueue+Batch.swift).
+            delivery.collect { reapReady(&cqes, &results) }
         }
 
         io_uring_queue_exit(ring)
@@ -365,6 +357,24 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         // The ring thread is gone: the pool runs what is left of the ring queues.
         for q in drains + ringDrains { WorkerPool.shared.submit(.drain(q)) }
         ringDrains = []
+    }
+
+    /// Ring thread: runs the completions of every CQE that is ready.
+    private func reapReady(_ cqes: inout [UnsafeMutablePointer<io_uring_cqe>?], _ results: inout [(UInt64, Int32)]) {
+        while true {
+            let n = cqes.withUnsafeMutableBufferPointer { buffer in
+                Int(io_uring_peek_batch_cqe(ring, buffer.baseAddress, UInt32(buffer.count)))
+            }
+            if n == 0 { break }
+            for i in 0..<n {
+                let cqe = cqes[i]!.pointee
+                results.append((cqe.user_data, cqe.res))
+            }
+            io_uring_cq_advance(ring, UInt32(n))
+            for (userData, res) in results { complete(userData: userData, res: res) }
+            results.removeAll(keepingCapacity: true)
+            if n < cqes.count { break }
+        }
     }
 
     /// Ring thread: sorts a new request into the backlog, or handles a cancel.

@@ -108,6 +108,9 @@ public final class IOQueue: Sendable {
     }
 
     private func enqueue(_ item: Item) {
+        // The ring thread reaping: handed over with the rest of the reap
+        // (IOQueue+Batch.swift).
+        if let batch = DeliveryBatch.active { return batch.add(self, item) }
         switch kind {
         case .serial:
             let schedule = state.withLock { s -> Bool in

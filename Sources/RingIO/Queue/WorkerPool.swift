@@ -61,10 +61,21 @@ final class WorkerPool: @unchecked Sendable {
     var threadCount: Int { lock.withLock { threads } }
 
     func submit(_ job: PoolJob) {
+        submitLocked { $0.append(job) }
+    }
+
+    /// Several jobs with one lock and at most one wake-up (a woken worker
+    /// wakes the next while jobs are left).
+    func submit(contentsOf jobs: [PoolJob]) {
+        submitLocked { queue in for job in jobs { queue.append(job) } }
+    }
+
+    @inline(__always)
+    private func submitLocked(_ add: (inout RingBuffer<PoolJob>) -> Void) {
         var spawn = false
         var spawnWatchdog = false
         lock.lock()
-        jobs.append(job)
+        add(&jobs)
         submissions.add(1, ordering: .releasing)
         if spinning {
             // The spinning worker takes it.
