@@ -83,13 +83,9 @@ struct ReadBudgetTests {
         let content = randomBytes(MiB, seed: 42)
         try writeFile(path, content)
         let queue = IOQueue(label: "budget")
-        // A pipe read with no writer yet holds the whole budget (its 1 MiB buffer).
-        let pipe = try TestPipe()
-        defer { pipe.closeAll() }
-        let pipeChannel = IOChannel(kind: .stream, fileDescriptor: pipe.reader, queue: queue, engine: engine)
-        let pipeRead = Recorder(queue: queue)
-        pipeChannel.read(length: MiB, queue: queue, handler: pipeRead.handler)
-        #expect(waitUntil { engine.readBudget.statistics.inUse == MiB })
+        // Something else holds the whole budget.
+        let holder = BudgetWaiter("holder", log: Locked([]))
+        #expect(engine.readBudget.take(MiB, orQueue: holder).isTaken)
 
         let stopped = try IOChannel(kind: .random, path: FilePath(path), mode: .readOnly, queue: queue, engine: engine)
         let stoppedRead = Recorder(queue: queue)
@@ -105,17 +101,44 @@ struct ReadBudgetTests {
         defer { later.close() }
         let laterRead = Recorder(queue: queue)
         later.read(offset: 0, length: MiB, queue: queue, handler: laterRead.handler)
-        milliseconds(50)
+        #expect(waitUntil { engine.readBudget.statistics.waiting == 1 })  // the withdrawn place was dropped
         #expect(!laterRead.isDone)
-        // The pipe read completes: its bytes go back, the waiting read runs.
-        _ = try pipe.writer.writeAll([1, 2, 3])
+        // The bytes come back: the waiting read runs.
+        engine.readBudget.give(MiB)
         #expect(laterRead.wait(timeout: .seconds(10)))
         #expect(laterRead.bytes == content)
-        try pipe.writer.close()
-        #expect(pipeRead.wait(timeout: .seconds(10)))
-        #expect(pipeRead.bytes == [1, 2, 3])
-        pipeChannel.close()
         #expect(waitUntil { engine.readBudget.statistics.inUse == 0 })
+    }
+
+    @Test("reads that wait for a peer stay out of the budget: 40 blocked pipe reads on a 1 MiB budget, a file read still runs",
+          arguments: allBackends)
+    func blockedPipeReadsTakeNothing(backend: IOEngine.Backend) throws {
+        let engine = try budgetEngine(backend, limit: MiB)
+        let dir = TemporaryDirectory()
+        let path = dir.file("file")
+        let content = randomBytes(MiB, seed: 43)
+        try writeFile(path, content)
+        let queue = IOQueue(label: "budget", kind: .concurrent)
+        var pipes: [(TestPipe, IOChannel, Recorder)] = []
+        for _ in 0..<40 {
+            let pipe = try TestPipe()
+            let channel = IOChannel(kind: .stream, fileDescriptor: pipe.reader, queue: queue, engine: engine)
+            let recorder = Recorder(queue: queue)
+            channel.read(length: MiB, queue: queue, handler: recorder.handler)
+            pipes.append((pipe, channel, recorder))
+        }
+        milliseconds(20)
+        let file = try IOChannel(kind: .random, path: FilePath(path), mode: .readOnly, queue: queue, engine: engine)
+        defer { file.close() }
+        let read = Recorder(queue: queue)
+        file.read(offset: 0, length: MiB, queue: queue, handler: read.handler)
+        #expect(read.wait(timeout: .seconds(10)))
+        #expect(read.bytes == content)
+        for (pipe, channel, recorder) in pipes {
+            channel.close(stop: true)
+            #expect(recorder.wait(timeout: .seconds(10)))
+            pipe.closeAll()
+        }
     }
 }
 

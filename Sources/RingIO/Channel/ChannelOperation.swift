@@ -390,8 +390,11 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
             case .read:
                 if queuedBytes + slots.count * requestSize >= options.bufferLimit { return out }
                 let alignment = direct?.memory ?? 0
-                let footprint = ReadBuffer.footprint(capacity: size, pool: BufferPool.shared, alignment: alignment)
-                guard takeBudgetLocked(footprint) else { return out }
+                // Reads that may wait for a peer (pipes, sockets) stay out
+                // of the budget: idle ones must not starve file reads.
+                let footprint = mayBlock ? 0 : ReadBuffer.footprint(capacity: size, pool: BufferPool.shared,
+                                                                     alignment: alignment)
+                guard footprint == 0 || takeBudgetLocked(footprint) else { return out }
                 let buffer = ReadBuffer(capacity: size, pool: BufferPool.shared, alignment: alignment,
                                         budget: engine.readBudget, charge: footprint)
                 slot = Slot(start: issued, size: size, buffer: buffer, piece: .empty)

@@ -20,7 +20,10 @@ protocol ReadBudgetWaiter: AnyObject, Sendable {
 /// its place is skipped), and is granted its bytes in order as others give theirs
 /// back. Reads never wait on a consumer: the bytes go back as soon as the
 /// read completes in order, whether or not a handler has run, so no
-/// handler, however slow, can hold the budget.
+/// handler, however slow, can hold the budget. Only reads that complete on
+/// their own take from it (files, block devices): a pipe or socket read
+/// may wait for its peer forever, and idle ones must not starve the rest
+/// (each of those holds one buffer of up to 1 MiB, as before).
 final class ReadBudget: Sendable {
     /// The default cap per engine. A 1 MiB request in flight per 1 MiB:
     /// 32 reads of a 1 MiB chunk, or hundreds of small ones, are more than
