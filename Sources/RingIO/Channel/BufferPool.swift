@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import Synchronization
 
 /// Page-aligned read buffers of one size, kept for reuse.
 ///
@@ -101,13 +102,33 @@ final class ReadBuffer: DataChunk.Storage, @unchecked Sendable {
     /// The buffer's index in the rings' registered-buffer tables, if it has one.
     let registered: RegisteredBuffer?
 
+    /// Read-budget bytes this buffer holds (`ReadBudget`): given back when
+    /// its bytes are handed on as a chunk, or when it is freed unused.
+    private let budget: ReadBudget?
+    private let charge: Atomic<Int>
+
+    /// Whether a buffer for `capacity` bytes comes from `pool` (see `init`).
+    static func usesPool(capacity: Int, pool: BufferPool?, alignment: Int) -> Bool {
+        guard let pool else { return false }
+        return capacity <= pool.bufferSize && capacity >= pool.bufferSize / 8 && alignment <= 4096
+    }
+
+    /// The bytes a buffer for `capacity` bytes allocates: what it takes
+    /// from a `ReadBudget`.
+    static func footprint(capacity: Int, pool: BufferPool?, alignment: Int) -> Int {
+        usesPool(capacity: capacity, pool: pool, alignment: alignment) ? pool!.bufferSize : Swift.max(capacity, 1)
+    }
+
     /// A request of at least an eighth of the pool's buffer size reads into
     /// a pooled buffer (already faulted in, perhaps registered); a smaller one
     /// into an exactly sized allocation (`alignment`: for direct I/O; the
-    /// pool's buffers are page-aligned).
-    init(capacity: Int, pool: BufferPool?, alignment: Int = 0) {
+    /// pool's buffers are page-aligned). `charge`: bytes taken from `budget`
+    /// for it.
+    init(capacity: Int, pool: BufferPool?, alignment: Int = 0, budget: ReadBudget? = nil, charge: Int = 0) {
+        self.budget = budget
+        self.charge = Atomic(budget == nil ? 0 : charge)
         var taken: (UnsafeMutableRawPointer, Int32)?
-        if let pool, capacity <= pool.bufferSize && capacity >= pool.bufferSize / 8 && alignment <= 4096 {
+        if let pool, Self.usesPool(capacity: capacity, pool: pool, alignment: alignment) {
             taken = pool.take()
         }
         self.pool = taken == nil ? nil : pool
@@ -131,6 +152,13 @@ final class ReadBuffer: DataChunk.Storage, @unchecked Sendable {
     deinit {
         let pointer = UnsafeMutableRawPointer(mutating: bytes.baseAddress!)
         if let pool { pool.give(pointer, slot: registered?.index ?? -1) } else { free(pointer) }
+        releaseBudget()
+    }
+
+    /// Gives the buffer's read-budget bytes back (once).
+    private func releaseBudget() {
+        let bytes = charge.exchange(0, ordering: .relaxed)
+        if bytes > 0 { budget?.give(bytes) }
     }
 
     /// Where a request writes.
@@ -147,6 +175,9 @@ final class ReadBuffer: DataChunk.Storage, @unchecked Sendable {
     /// A chunk of the bytes in `range` (direct I/O delivers the part of the
     /// aligned blocks the user asked for), on the same terms.
     func chunk(range: Range<Int>) -> DataChunk {
+        // The read is over and its bytes are handed on: what the budget
+        // bounds (bytes of reads not yet delivered) no longer includes them.
+        releaseBudget()
         guard !range.isEmpty else { return .empty }
         if let pool, range.count < pool.bufferSize / 8 {
             return DataChunk(copying: UnsafeRawBufferPointer(start: bytes.baseAddress! + range.lowerBound,

@@ -218,6 +218,9 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
     var handledBytes = 0
     var deliveries = RingBuffer<Delivery>(initialCapacity: 2)
     var runnerActive = false
+    /// Waiting for read-buffer bytes (see ChannelOperation+Budget.swift).
+    var budgetTicket: ReadBudget.Ticket?
+    var budgetGranted = 0
 
     init(direction: Direction, isStream: Bool, queue: IOQueue, engine: IOEngine,
          settings: ChannelSettings, offset: Int64, length: Int, data: DataChunk,
@@ -334,6 +337,7 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
         let (wasStarted, inFlightRequests, finishNow) = lock.withLock { () -> (Bool, [IORequest], Bool) in
             if stopped || ioDone { return (true, [], false) }
             stopped = true
+            withdrawFromBudgetLocked()
             if coalesced { return (true, [], false) }
             // Nothing in flight (read-ahead waits for the handler): end now.
             if started && inFlight == 0 && end == nil {
@@ -380,7 +384,14 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
             switch direction {
             case .read:
                 if queuedBytes + slots.count * requestSize >= options.bufferLimit { return out }
-                let buffer = ReadBuffer(capacity: size, pool: BufferPool.shared, alignment: direct?.memory ?? 0)
+                let alignment = direct?.memory ?? 0
+                // Reads that may wait for a peer (pipes, sockets) stay out
+                // of the budget: idle ones must not starve file reads.
+                let footprint = mayBlock ? 0 : ReadBuffer.footprint(capacity: size, pool: BufferPool.shared,
+                                                                     alignment: alignment)
+                guard footprint == 0 || takeBudgetLocked(footprint) else { return out }
+                let buffer = ReadBuffer(capacity: size, pool: BufferPool.shared, alignment: alignment,
+                                        budget: engine.readBudget, charge: footprint)
                 slot = Slot(start: issued, size: size, buffer: buffer, piece: .empty)
             case .write:
                 if let direct {

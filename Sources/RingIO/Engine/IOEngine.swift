@@ -88,6 +88,10 @@ public final class IOEngine: Sendable {
             self.registersBuffers = false
             self.registeredFileSlots = 64
         }
+
+        /// The most bytes of read buffers the engine's channels hold for
+        /// reads not yet delivered (`ReadBudget`); internal, for tests.
+        var readBufferLimit = ReadBudget.defaultLimit
     }
 
     /// The backend in use.
@@ -118,6 +122,8 @@ public final class IOEngine: Sendable {
     /// On the thread-pool backend it is an ordinary serial queue on the
     /// worker pool.
     public let queue: IOQueue
+    /// The cap on read buffers held by reads in flight (`ReadBudget`).
+    let readBudget: ReadBudget
     #if DEBUG
     /// Debug builds: faults tests inject into this engine's requests.
     let faults = FaultInjector()
@@ -166,6 +172,7 @@ public final class IOEngine: Sendable {
                 self.uring = uring
                 self.core = uring
                 self.queue = IOQueue(label: "ringio.engine", runner: uring)
+                self.readBudget = ReadBudget(limit: configuration.readBufferLimit, queue: queue)
                 self.backend = .ioUring
                 self.fallbackReason = nil
                 return
@@ -177,6 +184,7 @@ public final class IOEngine: Sendable {
         self.uring = nil
         self.core = ThreadPoolBackend()
         self.queue = IOQueue(label: "ringio.engine")
+        self.readBudget = ReadBudget(limit: configuration.readBufferLimit, queue: queue)
         self.backend = .threadPool
         self.fallbackReason = reason
     }
@@ -185,6 +193,7 @@ public final class IOEngine: Sendable {
         self.uring = nil
         self.core = ThreadPoolBackend()
         self.queue = IOQueue(label: "ringio.engine")
+        self.readBudget = ReadBudget(limit: ReadBudget.defaultLimit, queue: queue)
         self.backend = .threadPool
         self.fallbackReason = reason
     }
