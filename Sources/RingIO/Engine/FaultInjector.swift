@@ -1,3 +1,7 @@
+import RingIOBase
+import RingIOQueue
+import RingIOData
+
 #if DEBUG
 #if canImport(Glibc)
 import Glibc

@@ -4,6 +4,9 @@ import Glibc
 import Musl
 #endif
 import CLiburing
+import RingIOBase
+import RingIOQueue
+import RingIOData
 
 /// The fallback backend: blocking system calls on a few worker threads.
 ///

@@ -6,6 +6,9 @@ import Musl
 import CLiburing
 import SystemPackage
 import Synchronization
+import RingIOBase
+import RingIOQueue
+import RingIOData
 
 /// The io_uring backend: one ring, owned by one thread.
 ///
