@@ -4,7 +4,6 @@ import Glibc
 import Musl
 #endif
 import RingIOBase
-import RingIOQueue
 import RingIOData
 
 /// Page-aligned read buffers of one size, kept for reuse.

@@ -1,6 +1,4 @@
 import RingIOBase
-import RingIOQueue
-import RingIOData
 
 #if DEBUG
 #if canImport(Glibc)

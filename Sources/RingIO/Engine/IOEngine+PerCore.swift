@@ -4,9 +4,6 @@ import Glibc
 import Musl
 #endif
 import Synchronization
-import RingIOBase
-import RingIOQueue
-import RingIOData
 
 /// Engines per core: more rings, not more hand-offs.
 ///

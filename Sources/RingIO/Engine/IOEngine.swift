@@ -7,7 +7,6 @@ import CLiburing
 import SystemPackage
 import RingIOBase
 import RingIOQueue
-import RingIOData
 
 /// The engine that performs RingIO's system calls: an io_uring ring owned by
 /// one thread, or, where io_uring cannot be used, a pool of threads making

@@ -6,7 +6,6 @@ import Musl
 import CLiburing
 import Synchronization
 import RingIOBase
-import RingIOQueue
 import RingIOData
 
 /// A ring's registered buffers and files: sparse tables made with the ring,

@@ -5,8 +5,6 @@ import Musl
 #endif
 import CLiburing
 import RingIOBase
-import RingIOQueue
-import RingIOData
 
 /// The fallback backend: blocking system calls on a few worker threads.
 ///

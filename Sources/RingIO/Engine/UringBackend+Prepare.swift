@@ -4,9 +4,6 @@ import Glibc
 import Musl
 #endif
 import CLiburing
-import RingIOBase
-import RingIOQueue
-import RingIOData
 
 extension UringBackend {
     /// Ring thread: fills `sqe` for `request` (a cancel is prepared in `fill()`).

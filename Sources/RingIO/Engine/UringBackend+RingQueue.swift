@@ -1,6 +1,5 @@
 import RingIOBase
 import RingIOQueue
-import RingIOData
 
 /// The ring queue (`IOEngine.queue`): work that runs on the ring thread.
 ///

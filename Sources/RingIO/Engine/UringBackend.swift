@@ -8,7 +8,6 @@ import SystemPackage
 import Synchronization
 import RingIOBase
 import RingIOQueue
-import RingIOData
 
 /// The io_uring backend: one ring, owned by one thread.
 ///

@@ -1,5 +1,3 @@
-import RingIOBase
-
 /// Swift concurrency on RingIO's queues.
 ///
 /// A serial `IOQueue` is a `SerialExecutor`: an actor that returns
