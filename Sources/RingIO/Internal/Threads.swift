@@ -14,9 +14,9 @@ import CLiburing
 @discardableResult
 package func spawnThread(name: String, _ body: @escaping @Sendable () -> Void) -> Int32 {
     final class Box: Sendable {
-        package let name: String
-        package let body: @Sendable () -> Void
-        package init(name: String, body: @escaping @Sendable () -> Void) { self.name = name; self.body = body }
+        let name: String
+        let body: @Sendable () -> Void
+        init(name: String, body: @escaping @Sendable () -> Void) { self.name = name; self.body = body }
     }
     let box = Unmanaged.passRetained(Box(name: name, body: body)).toOpaque()
     var attr = pthread_attr_t()
