@@ -5,7 +5,6 @@ import Musl
 #endif
 import CLiburing
 import RingIOBase
-import RingIOQueue
 import RingIOData
 
 /// One system call handed to an `IOEngine`: the request interface that
