@@ -13,8 +13,10 @@ import Musl
 package final class ConditionLock: @unchecked Sendable {
     // @unchecked: the only stored state is the mutex (in `plain`) and the
     // condition, which are themselves the synchronisation; neither moves.
-    private let plain = PlainLock()
-    private let cond: UnsafeMutablePointer<pthread_cond_t>
+    // `@usableFromInline`: lock, unlock and signal are inlined into the
+    // queues and the engine, other modules.
+    @usableFromInline let plain = PlainLock()
+    @usableFromInline let cond: UnsafeMutablePointer<pthread_cond_t>
 
     fileprivate var mutex: UnsafeMutablePointer<pthread_mutex_t> { plain.mutex }
 
@@ -27,10 +29,10 @@ package final class ConditionLock: @unchecked Sendable {
         cond.deallocate()
     }
 
-    @inline(__always) package func lock() { plain.lock() }
-    @inline(__always) package func unlock() { plain.unlock() }
+    @inlinable @inline(__always) package func lock() { plain.lock() }
+    @inlinable @inline(__always) package func unlock() { plain.unlock() }
 
-    @inline(__always)
+    @inlinable @inline(__always)
     package func withLock<R>(_ body: () throws -> R) rethrows -> R {
         try plain.withLock(body)
     }
@@ -44,12 +46,12 @@ package final class ConditionLock: @unchecked Sendable {
         return pthread_cond_timedwait(cond, mutex, &ts) != ETIMEDOUT
     }
 
-    package func signal() { pthread_cond_signal(cond) }
-    package func broadcast() { pthread_cond_broadcast(cond) }
+    @inlinable package func signal() { pthread_cond_signal(cond) }
+    @inlinable package func broadcast() { pthread_cond_broadcast(cond) }
 }
 
 /// CLOCK_MONOTONIC in nanoseconds.
-@inline(__always)
+@inlinable @inline(__always)
 package func monotonicNanoseconds() -> UInt64 {
     var ts = timespec()
     clock_gettime(CLOCK_MONOTONIC, &ts)

@@ -19,8 +19,10 @@ package final class IdleSpin: Sendable {
     package static let pauseNanoseconds: UInt64 = 100_000_000
 
     package let budget: UInt64
-    private let pausedUntil = Atomic<UInt64>(0)
-    private let preemptions = Atomic<UInt64>(0)
+    // `@usableFromInline`: the poll loop is inlined into the worker pool and
+    // the ring thread, other modules.
+    @usableFromInline let pausedUntil = Atomic<UInt64>(0)
+    @usableFromInline let preemptions = Atomic<UInt64>(0)
 
     package init(budget: UInt64) { self.budget = budget }
 
@@ -28,14 +30,14 @@ package final class IdleSpin: Sendable {
     package var preemptedPolls: UInt64 { preemptions.load(ordering: .relaxed) }
 
     /// Whether an idle thread should poll now (not paused, and a budget set).
-    @inline(__always)
+    @inlinable @inline(__always)
     package var allowed: Bool {
         budget > 0 && monotonicNanoseconds() >= pausedUntil.load(ordering: .relaxed)
     }
 
     /// Polls `ready` for up to `budget` nanoseconds; returns whether it saw
     /// work. Returns false at once when polling is paused.
-    @inline(__always)
+    @inlinable @inline(__always)
     package func poll(_ ready: () -> Bool) -> Bool {
         guard budget > 0 else { return false }
         var now = monotonicNanoseconds()

@@ -44,7 +44,7 @@ package func blockSIGPIPEOnThisThread() {
 
 /// A per-thread slot holding an unretained pointer (the queue a worker is running).
 package struct ThreadLocalPointer: Sendable {
-    private let key: pthread_key_t
+    @usableFromInline let key: pthread_key_t
 
     package init() {
         var key = pthread_key_t()
@@ -53,7 +53,7 @@ package struct ThreadLocalPointer: Sendable {
         self.key = key
     }
 
-    package var value: UnsafeMutableRawPointer? {
+    @inlinable package var value: UnsafeMutableRawPointer? {
         get { pthread_getspecific(key) }
         nonmutating set { pthread_setspecific(key, newValue) }
     }
