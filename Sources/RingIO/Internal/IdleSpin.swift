@@ -12,13 +12,14 @@ import Synchronization
 /// polling pauses for `pauseNanoseconds`; sleepers are woken, and the woken
 /// thread gets the CPU at once (the scheduler favours a thread that slept).
 /// After the pause the next idle thread tries polling again.
+@usableFromInline
 package final class IdleSpin: Sendable {
     /// A longer gap between two looks at the clock means the poller lost its CPU.
-    package static let preemptionGap: UInt64 = 20_000
+    @usableFromInline package static let preemptionGap: UInt64 = 20_000
     /// How long polling stays off after a preempted poll.
-    package static let pauseNanoseconds: UInt64 = 100_000_000
+    @usableFromInline package static let pauseNanoseconds: UInt64 = 100_000_000
 
-    package let budget: UInt64
+    @usableFromInline package let budget: UInt64
     // `@usableFromInline`: the poll loop is inlined into the worker pool and
     // the ring thread, other modules.
     @usableFromInline let pausedUntil = Atomic<UInt64>(0)

@@ -2,6 +2,7 @@
 ///
 /// The library depends on swift-system only, so this small deque stands in
 /// for swift-collections' `Deque` in the queues and the engine.
+@usableFromInline
 package struct RingBuffer<Element> {
     // `@usableFromInline` and `@inlinable` throughout: the queues, the
     // engine and the channels are other modules, and a generic FIFO that is
@@ -96,6 +97,7 @@ extension RingBuffer {
 /// ticket `append` returned (the engines' backlogs: cancelling one of 40,000
 /// queued requests must not rebuild the other 39,999). A removed element is
 /// released at once; its slot is skipped when it reaches the front.
+@usableFromInline
 package struct TicketQueue<Element> {
     @usableFromInline var slots = RingBuffer<Element?>(initialCapacity: 64)
     /// Tickets of the slots already popped from the front.

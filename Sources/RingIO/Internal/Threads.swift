@@ -43,6 +43,7 @@ package func blockSIGPIPEOnThisThread() {
 }
 
 /// A per-thread slot holding an unretained pointer (the queue a worker is running).
+@usableFromInline
 package struct ThreadLocalPointer: Sendable {
     @usableFromInline let key: pthread_key_t
 
