@@ -21,12 +21,56 @@ let package = Package(
             pkgConfig: "liburing",
             providers: [.apt(["liburing-dev"])]
         ),
+        // The library's layers, one target each, lowest first. A target sees
+        // only the layers below it, so an upward arrow (engine code naming a
+        // channel type, say) is a build error. What an upper layer needs from
+        // a lower one is `package`; `RingIO` re-exports the public API of
+        // every layer, so users write `import RingIO` only.
+        // See docs/Architecture.md, "Layers".
         .target(
-            name: "RingIO",
+            // Locks, condition lock, ring buffer, threads, idle spin.
+            name: "RingIOBase",
+            dependencies: ["CLiburing"],
+            path: "Sources/RingIO/Internal"
+        ),
+        .target(
+            // IOQueue, IOGroup, the worker pool, the executors.
+            name: "RingIOQueue",
+            dependencies: ["RingIOBase"],
+            path: "Sources/RingIO/Queue"
+        ),
+        .target(
+            // DataChunk (a `.custom` deallocator runs on an IOQueue).
+            name: "RingIOData",
+            dependencies: ["RingIOQueue"],
+            path: "Sources/RingIO/Data"
+        ),
+        .target(
+            // IOEngine, IORequest, the io_uring and thread-pool backends, the
+            // registered tables, the buffer pool, the fault injector.
+            name: "RingIOEngine",
             dependencies: [
+                "RingIOBase",
+                "RingIOQueue",
+                "RingIOData",
                 "CLiburing",
                 .product(name: "SystemPackage", package: "swift-system"),
-            ]
+            ],
+            path: "Sources/RingIO/Engine"
+        ),
+        .target(
+            // The channel layer (IOChannel, IO) and the re-exports
+            // (Exports.swift); the DocC catalog RingIO.docc.
+            name: "RingIO",
+            dependencies: [
+                "RingIOBase",
+                "RingIOQueue",
+                "RingIOData",
+                "RingIOEngine",
+                "CLiburing",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
+            exclude: ["Internal", "Queue", "Data", "Engine"]
         ),
         .target(
             name: "RingIOFoundation",
@@ -60,6 +104,10 @@ let package = Package(
             name: "RingIOTests",
             dependencies: [
                 "RingIO",
+                "RingIOBase",
+                "RingIOQueue",
+                "RingIOData",
+                "RingIOEngine",
                 "RingIOFoundation",
                 "CRingIOTestSupport",
                 .product(name: "SystemPackage", package: "swift-system"),

@@ -4,6 +4,8 @@ import Glibc
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOEngine
+@testable import RingIOBase
 
 /// An actor that lives on a serial IOQueue: channel handlers delivered on
 /// that queue touch its state with `assumeIsolated`, without a hop.

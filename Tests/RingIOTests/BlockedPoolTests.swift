@@ -6,6 +6,8 @@ import Synchronization
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOEngine
+@testable import RingIOBase
 
 /// The engines under pressure: many requests blocked on pipes, tens of
 /// thousands queued and then stopped, cancellation storms.

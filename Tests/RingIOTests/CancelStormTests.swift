@@ -6,6 +6,7 @@ import Synchronization
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOBase
 
 /// 50,000 random reads over 100 channels, about half of them closed with
 /// `close(stop: true)` while their reads are queued: every read ends once,

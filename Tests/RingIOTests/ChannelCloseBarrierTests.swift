@@ -5,6 +5,7 @@ import Synchronization
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOBase
 
 /// close, close(stop:), cleanup and barriers.
 @Suite("IOChannel: close and barrier")

@@ -4,6 +4,7 @@ import Glibc
 import SystemPackage
 import Testing
 @testable import RingIO
+@testable import RingIOBase
 
 /// Offsets and lengths at the edge of `Int64`: every entry point ends with
 /// the kernel's error (`EINVAL`, `EFBIG`, `EOVERFLOW`) or reads to the end

@@ -5,6 +5,7 @@ import Synchronization
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOBase
 
 /// Stream channels on pipes and sockets: the two directions are independent.
 @Suite("IOChannel: pipes and sockets")

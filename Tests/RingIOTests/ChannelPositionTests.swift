@@ -5,6 +5,7 @@ import Synchronization
 import SystemPackage
 import Testing
 @testable import RingIO
+@testable import RingIOBase
 
 /// SEMANTICS.md, "Kinds": by the time a stream operation's final handler
 /// call runs, the file position is already where that operation left it.

@@ -5,6 +5,7 @@ import Synchronization
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOBase
 
 /// Stream channels: one FIFO per fd, the offset ignored, the file position moved.
 @Suite("IOChannel: stream")

@@ -5,6 +5,7 @@ import Synchronization
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOBase
 
 let KiB = 1 << 10
 let MiB = 1 << 20

@@ -4,6 +4,10 @@ import Glibc
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOBase
+@testable import RingIOEngine
+@testable import RingIOQueue
+@testable import RingIOData
 
 /// How the bytes of one coalesced `pwritev` fall to the writes it carried,
 /// without the kernel.

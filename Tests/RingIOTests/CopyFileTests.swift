@@ -4,6 +4,7 @@ import Glibc
 import SystemPackage
 import Testing
 @testable import RingIO
+@testable import RingIOBase
 
 @Suite("IO.copyFile with options")
 struct CopyFileTests {

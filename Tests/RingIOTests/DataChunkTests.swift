@@ -3,6 +3,8 @@ import Glibc
 #endif
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOData
+@testable import RingIOBase
 
 /// A seeded generator (SplitMix64): the same sequence on every run.
 struct SeededGenerator: RandomNumberGenerator {

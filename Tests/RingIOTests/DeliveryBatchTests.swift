@@ -4,6 +4,10 @@ import Glibc
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOBase
+@testable import RingIOEngine
+@testable import RingIOQueue
+@testable import RingIOData
 
 @Suite("Completions handed to queues in batches")
 struct DeliveryBatchTests {

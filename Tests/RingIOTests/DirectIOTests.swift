@@ -6,6 +6,9 @@ import Synchronization
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOData
+@testable import RingIOEngine
+@testable import RingIOBase
 
 /// Direct I/O (`IOChannel.setDirectIO`): aligned requests whatever the
 /// user's ranges, exactly the bytes asked for, read-modify-write at unaligned

@@ -4,6 +4,7 @@ import Glibc
 import CLiburing
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOBase
 
 /// Submits `operations` as one linked chain and waits for every result.
 private func performChain(_ engine: IOEngine, _ operations: [IORequest.Operation],

@@ -6,6 +6,8 @@ import Synchronization
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOEngine
+@testable import RingIOBase
 
 @Suite("IOEngine")
 struct EngineTests {

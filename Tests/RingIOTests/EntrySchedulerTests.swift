@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Testing
 @testable import RingIO
+@testable import RingIOBase
 
 /// An operation as the scheduler sees it, with a name for the assertions.
 private final class FakeOp: SchedulableOperation, CustomStringConvertible {

@@ -4,6 +4,7 @@ import Glibc
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOEngine
 
 /// The fault matrix on real kernels and files, each on both backends: the
 /// error reaches exactly the operations it concerns, every byte reported

@@ -5,6 +5,10 @@ import Synchronization
 import SystemPackage
 import Testing
 @testable import RingIO
+@testable import RingIOBase
+@testable import RingIOEngine
+@testable import RingIOQueue
+@testable import RingIOData
 
 /// FileCopier: each strategy on real files, pipes and FIFOs, the replace
 /// policy, errors with their side, progress; on both backends.

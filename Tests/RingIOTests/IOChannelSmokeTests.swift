@@ -4,6 +4,8 @@ import Glibc
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOEngine
+@testable import RingIOBase
 
 /// End-to-end checks of the channel machinery: the copy pipeline, parallel
 /// random reads, bounded read-ahead and the buffer pool.

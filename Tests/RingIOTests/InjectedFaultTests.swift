@@ -5,6 +5,7 @@ import Glibc
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOEngine
 
 /// Faults the kernel will not give on demand, injected into an engine's
 /// requests (`IOEngine.faults`, debug builds only): EINTR and EAGAIN storms,

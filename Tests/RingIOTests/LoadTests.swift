@@ -6,6 +6,9 @@ import Synchronization
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOQueue
+@testable import RingIOEngine
+@testable import RingIOBase
 
 /// 10,000 operations at once over 1,000 channels, in a child process (so that
 /// its fd count and heap are its own): random sizes, water marks, intervals,

@@ -5,6 +5,7 @@ import Synchronization
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOBase
 
 /// Records the calls of a one-shot `IO.read` or `IO.write` handler.
 final class OneShotRecorder: Sendable {

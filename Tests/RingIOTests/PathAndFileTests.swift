@@ -4,6 +4,7 @@ import Glibc
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOBase
 
 /// Runs `body` with the current directory set to `directory`, then restores it.
 /// Only this suite changes the current directory, and it runs serialized; the

@@ -4,6 +4,8 @@ import Glibc
 import Synchronization
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOQueue
+@testable import RingIOBase
 
 @Suite("IOQueue")
 struct QueueTests {

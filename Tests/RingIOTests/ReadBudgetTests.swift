@@ -5,6 +5,10 @@ import Synchronization
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOBase
+@testable import RingIOEngine
+@testable import RingIOQueue
+@testable import RingIOData
 
 /// The engine's cap on read buffers (`ReadBudget`): reads past it wait,
 /// holding no buffer, in order; a stopped one is let go of at once.

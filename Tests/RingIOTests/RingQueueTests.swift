@@ -5,6 +5,8 @@ import CLiburing
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOEngine
+@testable import RingIOBase
 
 /// Where the calling thread is: "ring" on the engine's ring thread, else "other".
 func currentThreadName(_ engine: IOEngine) -> String {

@@ -4,6 +4,10 @@ import Glibc
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOBase
+@testable import RingIOEngine
+@testable import RingIOQueue
+@testable import RingIOData
 
 /// The open file descriptors of this process that name a file in `dir`.
 private func descriptors(into dir: String) -> Int {

@@ -4,6 +4,7 @@ import Glibc
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOBase
 
 /// `IO.writeFile` killed with SIGKILL leaves its temporary file; the next
 /// `IO.writeFile` to the same destination removes it (and only temporaries

@@ -5,6 +5,8 @@ import Synchronization
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOQueue
+@testable import RingIOBase
 
 /// `IOQueue.sync` when every pool worker is waiting in one: ownership of a
 /// serial queue passes straight to the next `sync` caller (or a caller runs

@@ -6,6 +6,8 @@ import Synchronization
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOEngine
+@testable import RingIOBase
 
 /// Both backends, for parameterized tests.
 let allBackends: [IOEngine.Backend] = [.ioUring, .threadPool]

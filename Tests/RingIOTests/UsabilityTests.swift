@@ -1,6 +1,7 @@
 import SystemPackage
 import Testing
 @_spi(Engine) @testable import RingIO
+@testable import RingIOBase
 
 @Suite("DataChunk: slicing, appending, literals")
 struct DataChunkBuildingTests {

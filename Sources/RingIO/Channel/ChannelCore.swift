@@ -5,6 +5,8 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+import RingIOBase
+@_spi(Engine) import RingIOEngine
 
 /// How a path channel opens its file.
 struct PathSpec: Sendable {

@@ -1,3 +1,5 @@
+import RingIOBase
+@_spi(Engine) import RingIOEngine
 // The engine's read budget (`ReadBudget`): a read takes the bytes of its
 // buffer before allocating it, or waits, holding no buffer, until they are
 // granted.

@@ -5,6 +5,7 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+@_spi(Engine) import RingIOEngine
 
 // Completions, water marks, the end of the I/O and the handler calls.
 extension ChannelOperation {

@@ -5,6 +5,7 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+@_spi(Engine) import RingIOEngine
 
 // Direct I/O and the limits of the file offsets: how an operation's range
 // is rounded out to blocks, and which blocks a write must read first.

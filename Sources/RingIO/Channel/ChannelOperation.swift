@@ -5,6 +5,8 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+import RingIOBase
+@_spi(Engine) import RingIOEngine
 
 /// A channel's water marks and interval, as an operation snapshots them.
 struct ChannelSettings: Sendable {
@@ -433,8 +435,9 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
                     return false
                 }
                 operation = .write(fd: fd, buffer: region, offset: offset)
-                // A chunk read by a channel: its pool buffer may be registered.
-                fixedBuffer = (rest.soleStorage as? ReadBuffer)?.registered
+                // A chunk read by a channel: its pool buffer may be registered
+                // (the region's storage says so; no cast).
+                fixedBuffer = rest.soleStorage?.registered
             } else {
                 let count = Swift.min(rest.regionCount, 1024 /* IOV_MAX */)
                 slot.iovecs?.deallocate()

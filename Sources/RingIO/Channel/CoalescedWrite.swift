@@ -5,6 +5,8 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+import RingIOBase
+@_spi(Engine) import RingIOEngine
 
 /// Stream writes of one regular file that were queued one after the other
 /// and go out as one `pwritev` at the file position (`EntryScheduler`'s

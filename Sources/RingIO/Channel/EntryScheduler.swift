@@ -1,3 +1,5 @@
+import RingIOBase
+
 /// What the scheduler of an fd entry keeps on each operation: fixed traits
 /// taken when it is queued, and where it is in its life. Written only by the
 /// `EntryScheduler` that queued the operation (under its entry's lock).

@@ -5,6 +5,7 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+import RingIOBase
 
 /// What kind of file an fd refers to, and what that means for I/O on it.
 enum FileKind: Sendable, Equatable {

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import SystemPackage
+import RingIOBase
 
 extension IO {
     /// `copy_file_range(2)`, from the C library (the Glibc module leaves it out).

@@ -5,6 +5,8 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+import RingIOBase
+@_spi(Engine) import RingIOEngine
 
 extension IO {
     /// How `IO.copyFile(from:to:options:engine:)` creates its destination.

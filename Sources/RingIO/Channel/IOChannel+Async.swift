@@ -5,6 +5,8 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+import RingIOBase
+@_spi(Engine) import RingIOEngine
 
 /// Ties a task's cancellation to one operation: whichever comes second,
 /// the operation or the cancellation, stops the operation.

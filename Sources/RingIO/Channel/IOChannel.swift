@@ -1,4 +1,6 @@
 import SystemPackage
+import RingIOBase
+@_spi(Engine) import RingIOEngine
 
 /// A channel for reading and writing a file descriptor: RingIO's `dispatch_io_t`.
 ///

@@ -1,3 +1,5 @@
+import RingIOBase
+
 /// Repeating timers for the operations' delivery intervals, on one thread
 /// started on first use.
 ///

@@ -5,6 +5,7 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+@_spi(Engine) import RingIOEngine
 
 /// The small-file path of `IO.copyFile`: the stat and both opens in one
 /// batch, then, for a small regular file, one linked chain that reads it

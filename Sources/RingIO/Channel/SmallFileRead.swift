@@ -6,6 +6,8 @@ import Musl
 import CLiburing
 import SystemPackage
 import Synchronization
+import RingIOBase
+@_spi(Engine) import RingIOEngine
 
 /// The small-file path of `IO.readFile`: an open, then one read of the
 /// whole file, the second submitted from the first one's completion on the

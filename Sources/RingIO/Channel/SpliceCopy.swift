@@ -5,6 +5,8 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+import RingIOBase
+@_spi(Engine) import RingIOEngine
 
 /// A copy between two files inside the kernel: each chunk is spliced from
 /// the source into a pipe (page references, no copy) and from the pipe into

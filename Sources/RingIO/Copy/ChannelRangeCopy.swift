@@ -4,6 +4,8 @@ import Glibc
 import Musl
 #endif
 import SystemPackage
+import RingIOBase
+@_spi(Engine) import RingIOEngine
 
 /// A failed byte copy: which side failed, and how.
 struct CopyFailure: Error, Sendable {

@@ -5,6 +5,8 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+import RingIOBase
+@_spi(Engine) import RingIOEngine
 
 /// FICLONE, _IOW(0x94, 9, int): the destination shares the source's blocks.
 private let ficlone = UInt(0x4004_9409)

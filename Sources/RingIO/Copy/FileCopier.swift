@@ -4,6 +4,8 @@ import Glibc
 import Musl
 #endif
 import SystemPackage
+import RingIOBase
+@_spi(Engine) import RingIOEngine
 
 /// RingIO's one way to copy a file's bytes: it chooses how (a linked chain
 /// for a small file, `copy_file_range`, splices, channels, a stream for a

@@ -27,14 +27,14 @@ extension DataChunk {
     final class Node: @unchecked Sendable {
         let left: Node?
         let right: Node?
-        let storage: Storage?
+        let storage: (any RegionStorage)?
         let base: UnsafeRawPointer?
         let count: Int
         let regionCount: Int
         let height: Int
 
         /// A leaf: `count` bytes at `base`, inside `storage`. `count > 0`.
-        init(storage: Storage, base: UnsafeRawPointer, count: Int) {
+        init(storage: any RegionStorage, base: UnsafeRawPointer, count: Int) {
             self.left = nil
             self.right = nil
             self.storage = storage

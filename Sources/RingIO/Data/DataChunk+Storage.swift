@@ -3,13 +3,14 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import RingIOQueue
 
 extension DataChunk {
     /// The bytes of one allocation and the way to give them back.
     ///
     /// Every region that points into these bytes holds the storage; the
     /// deallocator runs exactly once, when the last of them is gone.
-    class Storage: @unchecked Sendable {
+    final class Storage: RegionStorage, @unchecked Sendable {
         // @unchecked: `bytes` and `deallocator` are immutable, and the bytes
         // they describe are never written after the storage is created.
         let bytes: UnsafeRawBufferPointer
@@ -19,6 +20,8 @@ extension DataChunk {
             self.bytes = bytes
             self.deallocator = deallocator
         }
+
+        var registered: RegisteredBuffer? { nil }
 
         deinit {
             Storage.release(bytes, with: deallocator)

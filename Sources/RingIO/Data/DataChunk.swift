@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import RingIOQueue
 
 /// Immutable, possibly discontiguous bytes: RingIO's `dispatch_data_t`.
 ///
@@ -100,13 +101,13 @@ public struct DataChunk: Sendable {
     }
 
     /// The storage of a one-region chunk (`nil` otherwise).
-    var soleStorage: Storage? {
+    package var soleStorage: (any RegionStorage)? {
         guard let root, root.isLeaf else { return nil }
         return root.storage
     }
 
-    /// A chunk over `range` of `storage`'s bytes (the channels' read buffers).
-    init(storage: Storage, range: Range<Int>) {
+    /// A chunk over `range` of `storage`'s bytes (the engine's read buffers).
+    package init(storage: any RegionStorage, range: Range<Int>) {
         guard !range.isEmpty else {
             root = nil
             return

@@ -1,3 +1,5 @@
+import RingIOBase
+
 #if DEBUG
 #if canImport(Glibc)
 import Glibc

@@ -5,6 +5,8 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+import RingIOBase
+import RingIOQueue
 
 /// The engine that performs RingIO's system calls: an io_uring ring owned by
 /// one thread, or, where io_uring cannot be used, a pool of threads making
@@ -123,7 +125,7 @@ public final class IOEngine: Sendable {
     /// worker pool.
     public let queue: IOQueue
     /// The cap on read buffers held by reads in flight (`ReadBudget`).
-    let readBudget: ReadBudget
+    package let readBudget: ReadBudget
     #if DEBUG
     /// Debug builds: faults tests inject into this engine's requests.
     let faults = FaultInjector()

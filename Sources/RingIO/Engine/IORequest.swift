@@ -4,6 +4,8 @@ import Glibc
 import Musl
 #endif
 import CLiburing
+import RingIOBase
+import RingIOData
 
 /// One system call handed to an `IOEngine`: the request interface that
 /// channels and the one-shot functions are built on.
@@ -116,7 +118,7 @@ public final class IORequest: @unchecked Sendable {
     }
 
     /// A request with registered-resource hints.
-    init(_ operation: Operation, owner: AnyObject?, mayBlock: Bool, fixedBuffer: RegisteredBuffer?,
+    package init(_ operation: Operation, owner: AnyObject?, mayBlock: Bool, fixedBuffer: RegisteredBuffer?,
          fixedFile: FixedFileSlot?, completion: @escaping @Sendable (Int32) -> Void) {
         self.operation = operation
         self.owner = owner
@@ -169,16 +171,6 @@ public final class IORequest: @unchecked Sendable {
         if case .cancel = operation { return true }
         return false
     }
-}
-
-/// A pooled buffer with a fixed place in every ring's registered-buffer
-/// table (see `BufferPool`): index `index`, `length` bytes at `base`.
-struct RegisteredBuffer: @unchecked Sendable {
-    // @unchecked: `base` is only an address here; the bytes belong to the
-    // request's owner.
-    let index: Int32
-    let base: UnsafeMutableRawPointer
-    let length: Int
 }
 
 /// What both backends provide.

@@ -1,5 +1,8 @@
+import RingIOBase
+import RingIOQueue
+import RingIOData
 /// Something that waits for read-buffer bytes (a channel operation).
-protocol ReadBudgetWaiter: AnyObject, Sendable {
+package protocol ReadBudgetWaiter: AnyObject, Sendable {
     /// `bytes` of the budget are now this waiter's: it must use them for
     /// the buffer it asked them for, or `give` them back. Called on the
     /// budget's queue, with no lock held.
@@ -24,18 +27,18 @@ protocol ReadBudgetWaiter: AnyObject, Sendable {
 /// their own take from it (files, block devices): a pipe or socket read
 /// may wait for its peer forever, and idle ones must not starve the rest
 /// (each of those holds one buffer of up to 1 MiB, as before).
-final class ReadBudget: Sendable {
+package final class ReadBudget: Sendable {
     /// The default cap per engine. A 1 MiB request in flight per 1 MiB:
     /// 32 reads of a 1 MiB chunk, or hundreds of small ones, are more than
     /// a device or the page cache needs to stay busy.
-    static let defaultLimit = 32 * 1024 * 1024
+    package static let defaultLimit = 32 * 1024 * 1024
 
-    let limit: Int
+    package let limit: Int
     private let queue: IOQueue
 
     /// A place in the queue.
     // @unchecked: `waiter` is read and written only with the budget's lock held.
-    final class Ticket: @unchecked Sendable {
+    package final class Ticket: @unchecked Sendable {
         fileprivate var waiter: (any ReadBudgetWaiter)?
         fileprivate let bytes: Int
         fileprivate init(waiter: any ReadBudgetWaiter, bytes: Int) {
@@ -44,7 +47,7 @@ final class ReadBudget: Sendable {
         }
     }
 
-    enum Outcome {
+    package enum Outcome {
         /// The bytes are the caller's.
         case taken
         /// The caller waits: `readBudgetGranted` comes later, unless it
@@ -70,7 +73,7 @@ final class ReadBudget: Sendable {
     /// Takes `bytes` if they fit and nobody waits before; otherwise queues
     /// `waiter`, which `readBudgetGranted` calls once its turn comes and the
     /// bytes fit. A request larger than the cap fits when nothing else is taken.
-    func take(_ bytes: Int, orQueue waiter: any ReadBudgetWaiter) -> Outcome {
+    package func take(_ bytes: Int, orQueue waiter: any ReadBudgetWaiter) -> Outcome {
         let (outcome, schedule) = state.withLock { s -> (Outcome, Bool) in
             while let head = s.waiters.first, head.waiter == nil { _ = s.waiters.popFirst() }
             if s.waiters.isEmpty && Self.fits(bytes, inUse: s.inUse, limit: limit) {
@@ -93,7 +96,7 @@ final class ReadBudget: Sendable {
 
     /// The waiter no longer wants its bytes (it was stopped): it is let go
     /// of at once; its place is skipped. No effect once granted.
-    func withdraw(_ ticket: Ticket) {
+    package func withdraw(_ ticket: Ticket) {
         let waiter = state.withLock { _ -> (any ReadBudgetWaiter)? in
             defer { ticket.waiter = nil }
             return ticket.waiter
@@ -103,7 +106,7 @@ final class ReadBudget: Sendable {
 
     /// Gives back bytes taken or granted. Never calls a waiter here (the
     /// caller may hold an operation's lock): grants go out on `queue`.
-    func give(_ bytes: Int) {
+    package func give(_ bytes: Int) {
         guard bytes > 0 else { return }
         let schedule = state.withLock { s -> Bool in
             s.inUse -= bytes
@@ -144,7 +147,7 @@ final class ReadBudget: Sendable {
     }
 
     /// Bytes taken now, the most taken at once, and waiters queued (tests).
-    var statistics: (inUse: Int, peak: Int, waiting: Int) {
+    package var statistics: (inUse: Int, peak: Int, waiting: Int) {
         state.withLock { ($0.inUse, $0.peak, $0.waiters.count) }
     }
 }

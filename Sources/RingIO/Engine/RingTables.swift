@@ -5,6 +5,8 @@ import Musl
 #endif
 import CLiburing
 import Synchronization
+import RingIOBase
+import RingIOData
 
 /// A ring's registered buffers and files: sparse tables made with the ring,
 /// filled on first use, touched only by the ring thread (the ring is
@@ -120,12 +122,12 @@ final class RegistrationCounters: Sendable {
 /// releases it (the ring empties the table slot) before it closes the fd or
 /// runs its cleanup handlers, once no request on it is left.
 // @unchecked: `fd` is immutable; every `var` is read and written with `lock` held.
-final class FixedFileSlot: @unchecked Sendable {
+package final class FixedFileSlot: @unchecked Sendable {
     /// Requests through a ring before the fd is registered there: one-shot
     /// reads and small files do not pay for the two table updates.
     static let registerAfter = 8
 
-    let fd: Int32
+    package let fd: Int32
     private let lock = PlainLock()
     private var owner: ObjectIdentifier?
     private weak var backend: UringBackend?
@@ -134,7 +136,7 @@ final class FixedFileSlot: @unchecked Sendable {
     private var tableFull = false
     private var released = false
 
-    init(fd: Int32) { self.fd = fd }
+    package init(fd: Int32) { self.fd = fd }
 
     /// Ring thread of `backend`: the index to use, registering through
     /// `register` when it is time; `nil` for the plain fd.
@@ -160,11 +162,11 @@ final class FixedFileSlot: @unchecked Sendable {
     }
 
     /// Whether the fd is registered now (for tests).
-    var isRegistered: Bool { lock.withLock { index >= 0 } }
+    package var isRegistered: Bool { lock.withLock { index >= 0 } }
 
     /// No request on the fd is left: empties its table slot, if it has one,
     /// then calls `done` (at once when there is nothing to undo).
-    func release(then done: @escaping @Sendable () -> Void) {
+    package func release(then done: @escaping @Sendable () -> Void) {
         let (backend, index) = lock.withLock { () -> (UringBackend?, Int32) in
             released = true
             return (self.backend, self.index)

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import CLiburing
+import RingIOBase
 
 /// The fallback backend: blocking system calls on a few worker threads.
 ///

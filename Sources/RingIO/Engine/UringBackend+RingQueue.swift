@@ -1,3 +1,6 @@
+import RingIOBase
+import RingIOQueue
+
 /// The ring queue (`IOEngine.queue`): work that runs on the ring thread.
 ///
 /// ```

@@ -6,6 +6,8 @@ import Musl
 import CLiburing
 import SystemPackage
 import Synchronization
+import RingIOBase
+import RingIOQueue
 
 /// The io_uring backend: one ring, owned by one thread.
 ///

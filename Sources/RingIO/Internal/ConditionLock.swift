@@ -10,15 +10,18 @@ import Musl
 /// `Synchronization.Mutex` has no condition variable; this is the small
 /// primitive NIO calls `ConditionLock`. The pthread objects live in manually
 /// allocated memory so that their addresses never move.
-final class ConditionLock: @unchecked Sendable {
+@usableFromInline
+package final class ConditionLock: @unchecked Sendable {
     // @unchecked: the only stored state is the mutex (in `plain`) and the
     // condition, which are themselves the synchronisation; neither moves.
-    private let plain = PlainLock()
-    private let cond: UnsafeMutablePointer<pthread_cond_t>
+    // `@usableFromInline`: lock, unlock and signal are inlined into the
+    // queues and the engine, other modules.
+    @usableFromInline let plain = PlainLock()
+    @usableFromInline let cond: UnsafeMutablePointer<pthread_cond_t>
 
     fileprivate var mutex: UnsafeMutablePointer<pthread_mutex_t> { plain.mutex }
 
-    init() {
+    package init() {
         cond = makeMonotonicCondition()
     }
 
@@ -27,30 +30,30 @@ final class ConditionLock: @unchecked Sendable {
         cond.deallocate()
     }
 
-    @inline(__always) func lock() { plain.lock() }
-    @inline(__always) func unlock() { plain.unlock() }
+    @inlinable @inline(__always) package func lock() { plain.lock() }
+    @inlinable @inline(__always) package func unlock() { plain.unlock() }
 
-    @inline(__always)
-    func withLock<R>(_ body: () throws -> R) rethrows -> R {
+    @inlinable @inline(__always)
+    package func withLock<R>(_ body: () throws -> R) rethrows -> R {
         try plain.withLock(body)
     }
 
     /// Waits on the condition; the lock must be held.
-    func wait() { pthread_cond_wait(cond, mutex) }
+    package func wait() { pthread_cond_wait(cond, mutex) }
 
     /// Waits until `deadline` (CLOCK_MONOTONIC nanoseconds); returns false on timeout.
-    func wait(untilNanoseconds deadline: UInt64) -> Bool {
+    package func wait(untilNanoseconds deadline: UInt64) -> Bool {
         var ts = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
         return pthread_cond_timedwait(cond, mutex, &ts) != ETIMEDOUT
     }
 
-    func signal() { pthread_cond_signal(cond) }
-    func broadcast() { pthread_cond_broadcast(cond) }
+    @inlinable package func signal() { pthread_cond_signal(cond) }
+    @inlinable package func broadcast() { pthread_cond_broadcast(cond) }
 }
 
 /// CLOCK_MONOTONIC in nanoseconds.
-@inline(__always)
-func monotonicNanoseconds() -> UInt64 {
+@inlinable @inline(__always)
+package func monotonicNanoseconds() -> UInt64 {
     var ts = timespec()
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
@@ -58,7 +61,7 @@ func monotonicNanoseconds() -> UInt64 {
 
 extension Duration {
     /// The duration in whole nanoseconds, clamped to `0...UInt64.max / 2`.
-    var clampedNanoseconds: UInt64 {
+    package var clampedNanoseconds: UInt64 {
         let (s, atto) = components
         if s < 0 { return 0 }
         if s > 4_000_000_000 { return UInt64.max / 2 }
@@ -68,13 +71,13 @@ extension Duration {
 
 /// A second condition variable bound to a `ConditionLock`'s mutex, for a lock
 /// guarding state that two kinds of waiter sleep on (workers and the watchdog).
-final class Condition: @unchecked Sendable {
+package final class Condition: @unchecked Sendable {
     // @unchecked: holds only the pthread condition (itself a synchronisation
     // primitive, never moved) and the lock whose mutex it waits with.
     private let lock: ConditionLock
     private let cond: UnsafeMutablePointer<pthread_cond_t>
 
-    init(lock: ConditionLock) {
+    package init(lock: ConditionLock) {
         self.lock = lock
         cond = makeMonotonicCondition()
     }
@@ -85,16 +88,16 @@ final class Condition: @unchecked Sendable {
     }
 
     /// Waits; the lock must be held.
-    func wait() { pthread_cond_wait(cond, lock.mutex) }
+    package func wait() { pthread_cond_wait(cond, lock.mutex) }
 
     /// Waits until `deadline` (CLOCK_MONOTONIC nanoseconds); returns false on timeout.
-    func wait(untilNanoseconds deadline: UInt64) -> Bool {
+    package func wait(untilNanoseconds deadline: UInt64) -> Bool {
         var ts = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
         return pthread_cond_timedwait(cond, lock.mutex, &ts) != ETIMEDOUT
     }
 
-    func signal() { pthread_cond_signal(cond) }
-    func broadcast() { pthread_cond_broadcast(cond) }
+    package func signal() { pthread_cond_signal(cond) }
+    package func broadcast() { pthread_cond_broadcast(cond) }
 }
 
 /// A condition variable whose timed waits use CLOCK_MONOTONIC.

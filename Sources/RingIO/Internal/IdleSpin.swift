@@ -12,31 +12,34 @@ import Synchronization
 /// polling pauses for `pauseNanoseconds`; sleepers are woken, and the woken
 /// thread gets the CPU at once (the scheduler favours a thread that slept).
 /// After the pause the next idle thread tries polling again.
-final class IdleSpin: Sendable {
+@usableFromInline
+package final class IdleSpin: Sendable {
     /// A longer gap between two looks at the clock means the poller lost its CPU.
-    static let preemptionGap: UInt64 = 20_000
+    @usableFromInline package static let preemptionGap: UInt64 = 20_000
     /// How long polling stays off after a preempted poll.
-    static let pauseNanoseconds: UInt64 = 100_000_000
+    @usableFromInline package static let pauseNanoseconds: UInt64 = 100_000_000
 
-    let budget: UInt64
-    private let pausedUntil = Atomic<UInt64>(0)
-    private let preemptions = Atomic<UInt64>(0)
+    @usableFromInline package let budget: UInt64
+    // `@usableFromInline`: the poll loop is inlined into the worker pool and
+    // the ring thread, other modules.
+    @usableFromInline let pausedUntil = Atomic<UInt64>(0)
+    @usableFromInline let preemptions = Atomic<UInt64>(0)
 
-    init(budget: UInt64) { self.budget = budget }
+    package init(budget: UInt64) { self.budget = budget }
 
     /// Preempted polls so far (for tests and diagnostics).
-    var preemptedPolls: UInt64 { preemptions.load(ordering: .relaxed) }
+    package var preemptedPolls: UInt64 { preemptions.load(ordering: .relaxed) }
 
     /// Whether an idle thread should poll now (not paused, and a budget set).
-    @inline(__always)
-    var allowed: Bool {
+    @inlinable @inline(__always)
+    package var allowed: Bool {
         budget > 0 && monotonicNanoseconds() >= pausedUntil.load(ordering: .relaxed)
     }
 
     /// Polls `ready` for up to `budget` nanoseconds; returns whether it saw
     /// work. Returns false at once when polling is paused.
-    @inline(__always)
-    func poll(_ ready: () -> Bool) -> Bool {
+    @inlinable @inline(__always)
+    package func poll(_ ready: () -> Bool) -> Bool {
         guard budget > 0 else { return false }
         var now = monotonicNanoseconds()
         guard now >= pausedUntil.load(ordering: .relaxed) else { return false }

@@ -11,13 +11,16 @@ import Musl
 /// where ThreadSanitizer cannot see the ordering and reports false races;
 /// `pthread_mutex_t` is understood by the sanitizer and costs the same
 /// uncontended.
-final class Locked<Value>: @unchecked Sendable {
+@usableFromInline
+package final class Locked<Value>: @unchecked Sendable {
     // @unchecked: `value` is read and written only inside `withLock`, with
     // the mutex held; the mutex lives in its own allocation and never moves.
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private var value: Value
+    // `@usableFromInline` (not private): `withLock` is inlined into the
+    // layers above, across the module boundary.
+    @usableFromInline let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    @usableFromInline var value: Value
 
-    init(_ value: Value) {
+    package init(_ value: Value) {
         self.value = value
         mutex = .allocate(capacity: 1)
         pthread_mutex_init(mutex, nil)
@@ -28,8 +31,8 @@ final class Locked<Value>: @unchecked Sendable {
         mutex.deallocate()
     }
 
-    @inline(__always)
-    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+    @inlinable @inline(__always)
+    package func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body(&value)
@@ -40,12 +43,13 @@ final class Locked<Value>: @unchecked Sendable {
 /// sections and never waited on. `ConditionLock` adds a condition variable
 /// to one (two more allocations and several calls to set it up: too much for
 /// an object made per I/O operation).
-final class PlainLock: @unchecked Sendable {
+@usableFromInline
+package final class PlainLock: @unchecked Sendable {
     // @unchecked: the only stored state is the mutex, which is itself the
     // synchronisation; it lives in its own allocation and never moves.
-    let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    @usableFromInline package let mutex: UnsafeMutablePointer<pthread_mutex_t>
 
-    init() {
+    package init() {
         mutex = .allocate(capacity: 1)
         pthread_mutex_init(mutex, nil)
     }
@@ -55,11 +59,11 @@ final class PlainLock: @unchecked Sendable {
         mutex.deallocate()
     }
 
-    @inline(__always) func lock() { pthread_mutex_lock(mutex) }
-    @inline(__always) func unlock() { pthread_mutex_unlock(mutex) }
+    @inlinable @inline(__always) package func lock() { pthread_mutex_lock(mutex) }
+    @inlinable @inline(__always) package func unlock() { pthread_mutex_unlock(mutex) }
 
-    @inline(__always)
-    func withLock<R>(_ body: () throws -> R) rethrows -> R {
+    @inlinable @inline(__always)
+    package func withLock<R>(_ body: () throws -> R) rethrows -> R {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body()

@@ -2,18 +2,23 @@
 ///
 /// The library depends on swift-system only, so this small deque stands in
 /// for swift-collections' `Deque` in the queues and the engine.
-struct RingBuffer<Element> {
-    private var storage: [Element?]
-    private var head = 0
-    private(set) var count = 0
+@usableFromInline
+package struct RingBuffer<Element> {
+    // `@usableFromInline` and `@inlinable` throughout: the queues, the
+    // engine and the channels are other modules, and a generic FIFO that is
+    // not specialized where it is used would cost a witness-table call per
+    // element.
+    @usableFromInline var storage: [Element?]
+    @usableFromInline var head = 0
+    @usableFromInline package internal(set) var count = 0
 
-    init(initialCapacity: Int = 16) {
+    @inlinable package init(initialCapacity: Int = 16) {
         storage = Array(repeating: nil, count: Swift.max(initialCapacity, 2))
     }
 
-    var isEmpty: Bool { count == 0 }
+    @inlinable package var isEmpty: Bool { count == 0 }
 
-    mutating func append(_ element: Element) {
+    @inlinable package mutating func append(_ element: Element) {
         if count == storage.count { grow() }
         var i = head + count
         if i >= storage.count { i -= storage.count }
@@ -21,14 +26,14 @@ struct RingBuffer<Element> {
         count += 1
     }
 
-    mutating func prepend(_ element: Element) {
+    @inlinable package mutating func prepend(_ element: Element) {
         if count == storage.count { grow() }
         head = head == 0 ? storage.count - 1 : head - 1
         storage[head] = element
         count += 1
     }
 
-    mutating func popFirst() -> Element? {
+    @inlinable package mutating func popFirst() -> Element? {
         guard count > 0 else { return nil }
         let e = storage[head].take()
         head += 1
@@ -37,10 +42,10 @@ struct RingBuffer<Element> {
         return e
     }
 
-    var first: Element? { count > 0 ? storage[head] : nil }
+    @inlinable package var first: Element? { count > 0 ? storage[head] : nil }
 
     /// The first non-nil result of `transform` over the elements, in order.
-    func firstMap<T>(_ transform: (Element) -> T?) -> T? {
+    @inlinable package func firstMap<T>(_ transform: (Element) -> T?) -> T? {
         for i in 0..<count {
             var j = head + i
             if j >= storage.count { j -= storage.count }
@@ -50,7 +55,7 @@ struct RingBuffer<Element> {
     }
 
     /// Removes every element matching `predicate`, keeping the others in order.
-    mutating func removeAll(where predicate: (Element) -> Bool) -> [Element] {
+    @inlinable package mutating func removeAll(where predicate: (Element) -> Bool) -> [Element] {
         var kept = RingBuffer(initialCapacity: storage.count)
         var removed: [Element] = []
         while let e = popFirst() {
@@ -60,7 +65,7 @@ struct RingBuffer<Element> {
         return removed
     }
 
-    private mutating func grow() {
+    @inlinable mutating func grow() {
         var new: [Element?] = Array(repeating: nil, count: storage.count * 2)
         for i in 0..<count {
             var j = head + i
@@ -74,7 +79,7 @@ struct RingBuffer<Element> {
 
 extension RingBuffer {
     /// The element `i` places after the first.
-    subscript(offset i: Int) -> Element {
+    @inlinable package subscript(offset i: Int) -> Element {
         get {
             var j = head + i
             if j >= storage.count { j -= storage.count }
@@ -92,28 +97,29 @@ extension RingBuffer {
 /// ticket `append` returned (the engines' backlogs: cancelling one of 40,000
 /// queued requests must not rebuild the other 39,999). A removed element is
 /// released at once; its slot is skipped when it reaches the front.
-struct TicketQueue<Element> {
-    private var slots = RingBuffer<Element?>(initialCapacity: 64)
+@usableFromInline
+package struct TicketQueue<Element> {
+    @usableFromInline var slots = RingBuffer<Element?>(initialCapacity: 64)
     /// Tickets of the slots already popped from the front.
-    private var popped = 0
+    @usableFromInline var popped = 0
     /// Live elements (removed ones not counted).
-    private(set) var count = 0
+    @usableFromInline package internal(set) var count = 0
 
-    init() {}
+    @inlinable package init() {}
 
-    var isEmpty: Bool { count == 0 }
+    @inlinable package var isEmpty: Bool { count == 0 }
 
     /// Appends `element`; returns its ticket.
-    mutating func append(_ element: Element) -> Int {
+    @inlinable package mutating func append(_ element: Element) -> Int {
         let ticket = popped + slots.count
         slots.append(element)
         count += 1
         return ticket
     }
 
-    var first: Element? { slots.first ?? nil }
+    @inlinable package var first: Element? { slots.first ?? nil }
 
-    mutating func popFirst() -> Element? {
+    @inlinable package mutating func popFirst() -> Element? {
         guard let slot = slots.popFirst() else { return nil }
         popped += 1
         count -= 1
@@ -124,7 +130,7 @@ struct TicketQueue<Element> {
 
     /// Removes the element with `ticket`; nil when it is no longer queued.
     @discardableResult
-    mutating func remove(ticket: Int) -> Element? {
+    @inlinable package mutating func remove(ticket: Int) -> Element? {
         let index = ticket - popped
         guard index >= 0 && index < slots.count, let element = slots[offset: index] else { return nil }
         slots[offset: index] = nil
@@ -134,7 +140,7 @@ struct TicketQueue<Element> {
     }
 
     /// Keeps a live element (or nothing) at the front.
-    private mutating func trimFront() {
+    @inlinable mutating func trimFront() {
         while slots.count > 0, slots.first! == nil {
             _ = slots.popFirst()
             popped += 1

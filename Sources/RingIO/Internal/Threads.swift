@@ -12,7 +12,7 @@ import CLiburing
 /// SIGPIPE is blocked on every library thread, so a write to a closed pipe or
 /// socket reports EPIPE instead of killing the process.
 @discardableResult
-func spawnThread(name: String, _ body: @escaping @Sendable () -> Void) -> Int32 {
+package func spawnThread(name: String, _ body: @escaping @Sendable () -> Void) -> Int32 {
     final class Box: Sendable {
         let name: String
         let body: @Sendable () -> Void
@@ -35,7 +35,7 @@ func spawnThread(name: String, _ body: @escaping @Sendable () -> Void) -> Int32 
     return rc
 }
 
-func blockSIGPIPEOnThisThread() {
+package func blockSIGPIPEOnThisThread() {
     var set = sigset_t()
     sigemptyset(&set)
     sigaddset(&set, SIGPIPE)
@@ -43,17 +43,18 @@ func blockSIGPIPEOnThisThread() {
 }
 
 /// A per-thread slot holding an unretained pointer (the queue a worker is running).
-struct ThreadLocalPointer: Sendable {
-    private let key: pthread_key_t
+@usableFromInline
+package struct ThreadLocalPointer: Sendable {
+    @usableFromInline let key: pthread_key_t
 
-    init() {
+    package init() {
         var key = pthread_key_t()
         let rc = pthread_key_create(&key, nil)
         precondition(rc == 0, "RingIO: pthread_key_create failed with \(rc)")
         self.key = key
     }
 
-    var value: UnsafeMutableRawPointer? {
+    @inlinable package var value: UnsafeMutableRawPointer? {
         get { pthread_getspecific(key) }
         nonmutating set { pthread_setspecific(key, newValue) }
     }

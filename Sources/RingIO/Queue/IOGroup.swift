@@ -1,3 +1,5 @@
+import RingIOBase
+
 /// Tracks a set of work items and waits for, or is notified of, their end.
 ///
 /// The corresponding libdispatch type is `dispatch_group_t`.

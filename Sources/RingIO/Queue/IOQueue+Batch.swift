@@ -1,4 +1,5 @@
 import Synchronization
+import RingIOBase
 
 /// The hand-offs of one reap, made at once.
 ///
@@ -16,8 +17,10 @@ import Synchronization
 // @unchecked: `pending`, `mixed`, `sole`, `groups`, `index` and `jobs` are touched only by the thread
 // running `collect` (the ring thread that owns this batch); the statistics
 // are atomics.
-final class DeliveryBatch: @unchecked Sendable {
+package final class DeliveryBatch: @unchecked Sendable {
     private static let current = ThreadLocalPointer()
+
+    package init() {}
 
     private var pending: [(queue: IOQueue, item: IOQueue.Item)] = []
     private var groups: [(queue: IOQueue, items: [IOQueue.Item])] = []
@@ -25,22 +28,22 @@ final class DeliveryBatch: @unchecked Sendable {
     private var jobs: [PoolJob] = []
 
     /// Reaps that handed at least one item to a queue.
-    let batches = Atomic<Int>(0)
+    package let batches = Atomic<Int>(0)
     /// Items handed to queues.
-    let items = Atomic<Int>(0)
+    package let items = Atomic<Int>(0)
     /// Submissions to the worker pool (at most one per batch).
-    let poolSubmissions = Atomic<Int>(0)
+    package let poolSubmissions = Atomic<Int>(0)
 
     /// The batch collecting the calling thread's enqueues, if any.
     @inline(__always)
-    static var active: DeliveryBatch? {
+    package static var active: DeliveryBatch? {
         guard let raw = current.value else { return nil }
         return Unmanaged<DeliveryBatch>.fromOpaque(raw).takeUnretainedValue()
     }
 
     /// Runs `body` (the completions of one reap) collecting the calling
     /// thread's enqueues, then hands them over.
-    func collect(_ body: () -> Void) {
+    package func collect(_ body: () -> Void) {
         let previous = Self.current.value
         Self.current.value = Unmanaged.passUnretained(self).toOpaque()
         body()

@@ -1,3 +1,5 @@
+import RingIOBase
+
 /// Ownership of a serial queue: who runs its items, and how it passes on.
 ///
 /// A serial queue is owned by at most one thread at a time: a pool worker
@@ -126,7 +128,7 @@ extension IOQueue {
     }
 
     /// Drains a serial queue on a pool worker.
-    func drainSerial() {
+    package func drainSerial() {
         let mine = state.withLock { s -> Bool in
             // A `sync` caller took this job's place.
             guard s.drainPending else { return false }
@@ -167,7 +169,7 @@ extension IOQueue {
 
 /// A thread that runs serial queues' drain jobs itself: an engine's ring
 /// thread runs those of `IOEngine.queue` between reaps.
-protocol QueueRunner: AnyObject, Sendable {
+package protocol QueueRunner: AnyObject, Sendable {
     /// Arranges for `queue.drainSerial()` to run soon on the runner's thread;
     /// `false` when the runner has stopped (the pool runs it instead).
     func scheduleDrain(_ queue: IOQueue) -> Bool

@@ -1,3 +1,5 @@
+import RingIOBase
+
 /// A queue of work items that run on RingIO's own worker threads.
 ///
 /// Every completion handler of the library runs on an `IOQueue`, never on a
@@ -78,7 +80,7 @@ public final class IOQueue: Sendable {
     }
 
     /// A serial queue whose items `runner` runs (on its own thread).
-    init(label: String, runner: any QueueRunner) {
+    package init(label: String, runner: any QueueRunner) {
         self.label = label
         self.kind = .serial
         self.runner = runner

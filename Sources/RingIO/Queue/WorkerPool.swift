@@ -4,10 +4,11 @@ import Glibc
 import Musl
 #endif
 import Synchronization
+import RingIOBase
 
 /// A unit of work the pool runs: draining a serial queue, or one item of a
 /// concurrent queue.
-enum PoolJob: Sendable {
+package enum PoolJob: Sendable {
     case drain(IOQueue)
     case concurrent(IOQueue, @Sendable () -> Void, barrier: Bool)
 }
@@ -24,9 +25,9 @@ enum PoolJob: Sendable {
 /// after the previous one starts without a thread wake-up (not while the
 /// machine is busy: see `IdleSpin`). A blocked work item therefore
 /// delays other queues by a few milliseconds at most; it cannot starve them.
-final class WorkerPool: @unchecked Sendable {
+package final class WorkerPool: @unchecked Sendable {
     // @unchecked: every stored `var` is read and written only with `lock` held.
-    static let shared = WorkerPool()
+    package static let shared = WorkerPool()
 
     static let stallNanoseconds: UInt64 = 4_000_000
     static let watchdogSleepAfterNanoseconds: UInt64 = 1_000_000_000
@@ -60,13 +61,13 @@ final class WorkerPool: @unchecked Sendable {
     /// The number of worker threads alive now (for tests and diagnostics).
     var threadCount: Int { lock.withLock { threads } }
 
-    func submit(_ job: PoolJob) {
+    package func submit(_ job: PoolJob) {
         submitLocked { $0.append(job) }
     }
 
     /// Several jobs with one lock and at most one wake-up (a woken worker
     /// wakes the next while jobs are left).
-    func submit(contentsOf jobs: [PoolJob]) {
+    package func submit(contentsOf jobs: [PoolJob]) {
         submitLocked { queue in for job in jobs { queue.append(job) } }
     }
 

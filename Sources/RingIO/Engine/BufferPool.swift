@@ -4,6 +4,8 @@ import Glibc
 import Musl
 #endif
 import Synchronization
+import RingIOBase
+import RingIOData
 
 /// Page-aligned read buffers of one size, kept for reuse.
 ///
@@ -26,12 +28,12 @@ import Synchronization
 /// `READ_FIXED`/`WRITE_FIXED` (see `RingTables`). The pool hands those out
 /// first; the others are ordinary. A buffer, permanent or not, is handed out
 /// again only after `give`, which its last `DataChunk` region triggers.
-final class BufferPool: Sendable {
+package final class BufferPool: Sendable {
     /// Permanent (registrable) buffers of the shared pool.
-    static let registrableCount = 32
+    package static let registrableCount = 32
 
-    let bufferSize: Int
-    let maximumIdle: Int
+    package let bufferSize: Int
+    package let maximumIdle: Int
     private let permanentLimit: Int
 
     private struct State {
@@ -48,12 +50,12 @@ final class BufferPool: Sendable {
         self.state = Locked(State())
     }
 
-    /// The pool for the channels' 1 MiB requests.
-    static let shared = BufferPool(bufferSize: IOChannel.chunkSize, maximumIdle: 32, permanent: registrableCount)
+    /// The pool for the channels' 1 MiB requests (`IOChannel.chunkSize`).
+    package static let shared = BufferPool(bufferSize: 1 << 20, maximumIdle: 32, permanent: registrableCount)
 
     /// A buffer of `bufferSize` bytes, reused when one is idle, with its
     /// permanent index (`-1` for an ordinary buffer).
-    func take() -> (UnsafeMutableRawPointer, Int32) {
+    package func take() -> (UnsafeMutableRawPointer, Int32) {
         let reused = state.withLock { s -> (UnsafeMutableRawPointer, Int32)? in
             if let slot = s.idlePermanent.popLast() { return (s.permanent[Int(slot)], slot) }
             if let p = s.idle.popLast() { return (p, -1) }
@@ -73,7 +75,7 @@ final class BufferPool: Sendable {
     }
 
     /// Gives a buffer back (`slot`: what `take` returned with it).
-    func give(_ p: UnsafeMutableRawPointer, slot: Int32) {
+    package func give(_ p: UnsafeMutableRawPointer, slot: Int32) {
         let keep = state.withLock { s -> Bool in
             if slot >= 0 {
                 s.idlePermanent.append(slot)
@@ -90,17 +92,18 @@ final class BufferPool: Sendable {
 }
 
 /// A read buffer: a pooled buffer, or an exactly sized allocation for a small
-/// request. It is itself the storage of the chunk its bytes become (no second
-/// object per read), and gives its bytes back, to the pool or to `free`, when
-/// the last region referring to it is gone.
+/// request. It is itself the storage of the chunk its bytes become (a
+/// `RegionStorage`: no second object per read), and gives its bytes back, to
+/// the pool or to `free`, when the last region referring to it is gone.
 // @unchecked: the bytes are written only by the one request in flight on
 // them, before any chunk refers to them; a chunk is made only after that
 // request's completion, which the operation observes under its lock. After
 // that the bytes are never written again.
-final class ReadBuffer: DataChunk.Storage, @unchecked Sendable {
-    let pool: BufferPool?
+package final class ReadBuffer: RegionStorage, @unchecked Sendable {
+    package let bytes: UnsafeRawBufferPointer
+    package let pool: BufferPool?
     /// The buffer's index in the rings' registered-buffer tables, if it has one.
-    let registered: RegisteredBuffer?
+    package let registered: RegisteredBuffer?
 
     /// Read-budget bytes this buffer holds (`ReadBudget`): given back when
     /// its bytes are handed on as a chunk, or when it is freed unused.
@@ -108,14 +111,14 @@ final class ReadBuffer: DataChunk.Storage, @unchecked Sendable {
     private let charge: Atomic<Int>
 
     /// Whether a buffer for `capacity` bytes comes from `pool` (see `init`).
-    static func usesPool(capacity: Int, pool: BufferPool?, alignment: Int) -> Bool {
+    package static func usesPool(capacity: Int, pool: BufferPool?, alignment: Int) -> Bool {
         guard let pool else { return false }
         return capacity <= pool.bufferSize && capacity >= pool.bufferSize / 8 && alignment <= 4096
     }
 
     /// The bytes a buffer for `capacity` bytes allocates: what it takes
     /// from a `ReadBudget`.
-    static func footprint(capacity: Int, pool: BufferPool?, alignment: Int) -> Int {
+    package static func footprint(capacity: Int, pool: BufferPool?, alignment: Int) -> Int {
         usesPool(capacity: capacity, pool: pool, alignment: alignment) ? pool!.bufferSize : Swift.max(capacity, 1)
     }
 
@@ -124,7 +127,7 @@ final class ReadBuffer: DataChunk.Storage, @unchecked Sendable {
     /// into an exactly sized allocation (`alignment`: for direct I/O; the
     /// pool's buffers are page-aligned). `charge`: bytes taken from `budget`
     /// for it.
-    init(capacity: Int, pool: BufferPool?, alignment: Int = 0, budget: ReadBudget? = nil, charge: Int = 0) {
+    package init(capacity: Int, pool: BufferPool?, alignment: Int = 0, budget: ReadBudget? = nil, charge: Int = 0) {
         self.budget = budget
         self.charge = Atomic(budget == nil ? 0 : charge)
         var taken: (UnsafeMutableRawPointer, Int32)?
@@ -146,7 +149,7 @@ final class ReadBuffer: DataChunk.Storage, @unchecked Sendable {
             pointer = malloc(Swift.max(capacity, 1))!
             registered = nil
         }
-        super.init(bytes: UnsafeRawBufferPointer(start: pointer, count: capacity), deallocator: .none)
+        bytes = UnsafeRawBufferPointer(start: pointer, count: capacity)
     }
 
     deinit {
@@ -162,19 +165,19 @@ final class ReadBuffer: DataChunk.Storage, @unchecked Sendable {
     }
 
     /// Where a request writes.
-    var pointer: UnsafeMutableRawPointer { UnsafeMutableRawPointer(mutating: bytes.baseAddress!) }
+    package var pointer: UnsafeMutableRawPointer { UnsafeMutableRawPointer(mutating: bytes.baseAddress!) }
 
     /// A chunk of the first `count` bytes, once the last request on them
     /// completed. A pooled buffer that is mostly empty is copied out, so that
     /// it goes back to the pool as soon as the request's slot lets go of it;
     /// otherwise the chunk refers to this buffer (no copy).
-    func chunk(count: Int) -> DataChunk {
+    package func chunk(count: Int) -> DataChunk {
         chunk(range: 0..<count)
     }
 
     /// A chunk of the bytes in `range` (direct I/O delivers the part of the
     /// aligned blocks the user asked for), on the same terms.
-    func chunk(range: Range<Int>) -> DataChunk {
+    package func chunk(range: Range<Int>) -> DataChunk {
         // The read is over and its bytes are handed on: what the budget
         // bounds (bytes of reads not yet delivered) no longer includes them.
         releaseBudget()
