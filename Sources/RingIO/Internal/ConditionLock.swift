@@ -10,8 +10,7 @@ import Musl
 /// `Synchronization.Mutex` has no condition variable; this is the small
 /// primitive NIO calls `ConditionLock`. The pthread objects live in manually
 /// allocated memory so that their addresses never move.
-@usableFromInline
-package final class ConditionLock: @unchecked Sendable {
+@usableFromInline package final class ConditionLock: @unchecked Sendable {
     // @unchecked: the only stored state is the mutex (in `plain`) and the
     // condition, which are themselves the synchronisation; neither moves.
     // `@usableFromInline`: lock, unlock and signal are inlined into the

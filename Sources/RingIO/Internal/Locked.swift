@@ -11,8 +11,7 @@ import Musl
 /// where ThreadSanitizer cannot see the ordering and reports false races;
 /// `pthread_mutex_t` is understood by the sanitizer and costs the same
 /// uncontended.
-@usableFromInline
-package final class Locked<Value>: @unchecked Sendable {
+@usableFromInline package final class Locked<Value>: @unchecked Sendable {
     // @unchecked: `value` is read and written only inside `withLock`, with
     // the mutex held; the mutex lives in its own allocation and never moves.
     // `@usableFromInline` (not private): `withLock` is inlined into the
@@ -43,8 +42,7 @@ package final class Locked<Value>: @unchecked Sendable {
 /// sections and never waited on. `ConditionLock` adds a condition variable
 /// to one (two more allocations and several calls to set it up: too much for
 /// an object made per I/O operation).
-@usableFromInline
-package final class PlainLock: @unchecked Sendable {
+@usableFromInline package final class PlainLock: @unchecked Sendable {
     // @unchecked: the only stored state is the mutex, which is itself the
     // synchronisation; it lives in its own allocation and never moves.
     @usableFromInline package let mutex: UnsafeMutablePointer<pthread_mutex_t>
