@@ -165,49 +165,32 @@ struct CopyFileTests {
     @Test("copyRanges copies the ranges in the kernel, holes stay holes, progress adds up", arguments: allBackends)
     func copyRanges(backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)
-        let dir = TemporaryDirectory()
-        let size = 9 << 20 + 123
-        let bytes = randomBytes(size, seed: 11)
-        try writeFile(dir.file("src"), bytes)
-        try writeFile(dir.file("dst"), [])
-        let input = try openFile(dir.file("src"), .readOnly)
-        let output = try openFile(dir.file("dst"))
-        defer { try? input.close(); try? output.close() }
-        #expect(ftruncate(output.rawValue, off_t(size)) == 0)
-        let ranges: [Range<Int64>] = [0..<(3 << 20), (5 << 20)..<Int64(size)]
+        let fixture = try RangeCopyFixture(seed: 11)
+        let (dir, input, output, ranges) = (fixture.dir, fixture.input, fixture.output, fixture.ranges)
+        defer { fixture.close() }
         let moved = Locked(0)
         let ended = try await IO.copyRanges(ranges, from: input, to: output, lanes: 3, engine: engine) { n in
             moved.withLock { $0 += n }
         }
         #expect(ended == nil)
         #expect(moved.withLock { $0 } == ranges.reduce(0) { $0 + Int($1.count) })
-        var expected = bytes
-        for i in (3 << 20)..<(5 << 20) { expected[i] = 0 }
-        #expect(try readFile(dir.file("dst")) == expected)
+        #expect(try readFile(dir.file("dst")) == fixture.expected)
     }
 
     @Test("copyFileRange copies the ranges in the kernel (holes stay), ends early on a short source, and says .copy where the files cannot be copied so; one lane or four",
           arguments: [1, 4])
     func copyFileRange(lanes: Int) async throws {
-        let dir = TemporaryDirectory()
-        let size = 9 << 20 + 123
-        let bytes = randomBytes(size, seed: 13)
-        try writeFile(dir.file("src"), bytes)
-        try writeFile(dir.file("dst"), [])
-        let input = try openFile(dir.file("src"), .readOnly)
-        let output = try openFile(dir.file("dst"))
-        defer { try? input.close(); try? output.close() }
-        #expect(ftruncate(output.rawValue, off_t(size)) == 0)
-        let ranges: [Range<Int64>] = [0..<(3 << 20), (5 << 20)..<Int64(size)]
+        let fixture = try RangeCopyFixture(seed: 13)
+        let (dir, size, bytes, input, output, ranges) = (fixture.dir, fixture.size, fixture.bytes, fixture.input,
+                                                         fixture.output, fixture.ranges)
+        defer { fixture.close() }
         let moved = Locked(0)
         let ended = try await IO.copyFileRange(ranges, from: input, to: output, chunk: 1 << 20, lanes: lanes) { n in
             moved.withLock { $0 += n }
         }
         #expect(ended == nil)
         #expect(moved.withLock { $0 } == ranges.reduce(0) { $0 + Int($1.count) })
-        var expected = bytes
-        for i in (3 << 20)..<(5 << 20) { expected[i] = 0 }
-        #expect(try readFile(dir.file("dst")) == expected)
+        #expect(try readFile(dir.file("dst")) == fixture.expected)
         // Past the source's end: it ended there.
         #expect(try await IO.copyFileRange([Int64(size)..<Int64(size + 4096)], from: input, to: output) == Int64(size))
         // A range past the end, in many pieces at once: it ended at the source's end, every byte before it copied.
@@ -252,4 +235,36 @@ func expectCopyError(_ errno: Errno, side: IOError.Side? = nil, sourceLocation: 
     let error = await #expect(throws: IOError.self, sourceLocation: sourceLocation) { try await body() }
     #expect(error?.errno == errno, "\(String(describing: error))", sourceLocation: sourceLocation)
     if let side { #expect(error?.side == side, "\(String(describing: error))", sourceLocation: sourceLocation) }
+}
+
+/// Two range-copy tests' setup: a 9 MiB + 123 source of random bytes, an
+/// empty destination of the same length (a hole), both open, and two ranges
+/// that leave the 3–5 MiB gap uncopied.
+private struct RangeCopyFixture {
+    let dir = TemporaryDirectory()
+    let size = 9 << 20 + 123
+    let bytes: [UInt8]
+    let input: FileDescriptor
+    let output: FileDescriptor
+    var ranges: [Range<Int64>] { [0..<(3 << 20), (5 << 20)..<Int64(size)] }
+    /// The destination once `ranges` are copied: the gap stays zeros.
+    var expected: [UInt8] {
+        var expected = bytes
+        for i in (3 << 20)..<(5 << 20) { expected[i] = 0 }
+        return expected
+    }
+
+    init(seed: UInt64) throws {
+        bytes = randomBytes(size, seed: seed)
+        try writeFile(dir.file("src"), bytes)
+        try writeFile(dir.file("dst"), [])
+        input = try openFile(dir.file("src"), .readOnly)
+        output = try openFile(dir.file("dst"))
+        #expect(ftruncate(output.rawValue, off_t(size)) == 0)
+    }
+
+    func close() {
+        try? input.close()
+        try? output.close()
+    }
 }
