@@ -52,7 +52,9 @@ struct RingCP: AsyncParsableCommand {
             (each failure is one line on stderr), 128 + the signal's number \
             when a signal (SIGINT: 130, SIGTERM: 143) cut a copy short. A \
             signal that comes once every file is in place changes nothing.
-            """
+            """,
+        // `--version`, as cp has: scripts call it to tell which cp they have.
+        version: "ringcp (RingIO) 0.1.0-dev"
     )
 
     @Flag(name: [.customShort("r"), .customShort("R"), .long], help: "Copy directories recursively; symlinks in them are copied as symlinks.")

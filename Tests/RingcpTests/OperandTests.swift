@@ -186,4 +186,13 @@ struct OperandTests {
         #expect(run.stdout.contains("Examples:"), "\(run)")
         #expect(run.stdout.contains("--in-place"), "\(run)")
     }
+
+    @Test("--version names ringcp and exits 0, as cp --version does")
+    func version() async throws {
+        let dir = Scratch()
+        let run = try await ringcp(["--version"], in: dir.path)
+        #expect(run.status == 0, "\(run)")
+        #expect(run.stdout.hasPrefix("ringcp (RingIO) "), "\(run)")
+        #expect(run.errorLines.isEmpty, "\(run)")
+    }
 }
