@@ -77,10 +77,14 @@ extension FileCopier {
             : [.splice, .channels].contains(strategy) ? strategy : .copyFileRange
         var endedAt: Int64?
         if how == .copyFileRange {
+            // ext4 copies by splicing: the data's blocks allocated in one
+            // call first, not block by block as the writes come (see `IO.preallocationHelps`).
+            if IO.preallocationHelps(output) { IO.preallocate(output, regions) }
             do throws(IOError) {
-                // Four 16 MiB pieces at once (see `IO.copyFileRange(_:from:to:chunk:lanes:progress:)`).
+                // One call at a time, as cp (more lanes only queue on the
+                // destination's inode lock); 64 MiB each, for the progress.
                 endedAt = try await IO.copyFileRange(regions, from: FileDescriptor(rawValue: input),
-                                                     to: FileDescriptor(rawValue: output), chunk: 16 << 20, lanes: 4,
+                                                     to: FileDescriptor(rawValue: output), chunk: 64 << 20, lanes: 1,
                                                      progress: progress)
             } catch where error.operation == .copy {
                 how = .splice  // file systems that cannot: spliced through pipes, or else the channels
