@@ -8,10 +8,11 @@ import Testing
 @testable import RingIOBase
 @testable import RingIOEngine
 
-/// FileCopier's `copy_file_range` path on ext4 allocates the destination's
-/// data blocks before it writes them (`IO.preallocate`): only the source's
-/// data, never its holes, and nothing left past a source that ended early.
-@Suite("FileCopier preallocation")
+/// FileCopier on ext4 allocates the destination's data blocks before it
+/// writes them (`IO.preallocate`): only the source's data, never its holes,
+/// and nothing left past a source that ended early; then splices the bytes
+/// through one 1 MiB pipe (`IO.spliceFileRanges`).
+@Suite("FileCopier preallocation and the one-pipe splice")
 struct FileCopierPreallocationTests {
     /// The bytes a file occupies on disk.
     static func allocated(_ path: String) -> Int {
@@ -90,5 +91,72 @@ struct FileCopierPreallocationTests {
         #expect(try readFile(dir.file("dst")) == bytes)
         let used = Self.allocated(dir.file("dst"))
         #expect(used <= bytes.count + (512 << 10), "\(used) bytes allocated past the end")
+    }
+
+    @Test("spliceFileRanges copies the ranges (the gap stays zeros), piece by piece, and ends early on a short source")
+    func spliceFileRanges() async throws {
+        let dir = TemporaryDirectory()
+        let size = (9 << 20) + 123
+        let bytes = randomBytes(size, seed: 43)
+        try writeFile(dir.file("src"), bytes)
+        let input = open(dir.file("src"), O_RDONLY | O_CLOEXEC)
+        let output = open(dir.file("dst"), O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        defer {
+            close(input)
+            close(output)
+        }
+        #expect(ftruncate(output, off_t(size)) == 0)
+        let ranges: [Range<Int64>] = [0..<(3 << 20), (5 << 20)..<Int64(size)]
+        var expected = bytes
+        for i in (3 << 20)..<(5 << 20) { expected[i] = 0 }
+        let moved = Locked(0)
+        // 1 MiB pieces through a 64 KiB pipe: many splices per piece.
+        let ended = try await IO.spliceFileRanges(ranges, from: FileDescriptor(rawValue: input),
+                                                  to: FileDescriptor(rawValue: output), chunk: 1 << 20,
+                                                  pipeSize: 64 << 10) { n in moved.withLock { $0 += n } }
+        #expect(ended == nil)
+        #expect(moved.withLock { $0 } == ranges.reduce(0) { $0 + Int($1.count) })
+        #expect(try readFile(dir.file("dst")) == expected)
+        // Past the source's end: it ended at the end, every byte before it copied.
+        let whole = try await IO.spliceFileRanges([0..<Int64(size + (5 << 20))], from: FileDescriptor(rawValue: input),
+                                                  to: FileDescriptor(rawValue: output), chunk: 1 << 20) { _ in }
+        #expect(whole == Int64(size), "\(String(describing: whole))")
+        #expect(try readFile(dir.file("dst")).prefix(size) == bytes[...])
+    }
+
+    @Test("spliceFileRanges names the side that failed; a file that cannot splice says .copy, nothing written")
+    func spliceFileRangesErrors() async throws {
+        let dir = TemporaryDirectory()
+        let bytes = randomBytes(2 << 20, seed: 47)
+        try writeFile(dir.file("src"), bytes)
+        try writeFile(dir.file("dst"), Array("old".utf8))
+        let input = open(dir.file("src"), O_RDONLY | O_CLOEXEC)
+        let readOnly = open(dir.file("dst"), O_RDONLY | O_CLOEXEC)
+        let writeOnly = open(dir.file("dst"), O_WRONLY | O_CLOEXEC)
+        let appending = open(dir.file("dst"), O_WRONLY | O_APPEND | O_CLOEXEC)
+        defer { for fd in [input, readOnly, writeOnly, appending] { close(fd) } }
+        let range: [Range<Int64>] = [0..<Int64(bytes.count)]
+        // A destination not open for writing: the write side.
+        var error = await #expect(throws: IOError.self) {
+            try await IO.spliceFileRanges(range, from: FileDescriptor(rawValue: input),
+                                          to: FileDescriptor(rawValue: readOnly)) { _ in }
+        }
+        #expect(error?.operation == .write && error?.side == .destination && error?.errno == .badFileDescriptor,
+                "\(String(describing: error))")
+        // A source not open for reading: the read side.
+        error = await #expect(throws: IOError.self) {
+            try await IO.spliceFileRanges(range, from: FileDescriptor(rawValue: writeOnly),
+                                          to: FileDescriptor(rawValue: writeOnly)) { _ in }
+        }
+        #expect(error?.operation == .read && error?.side == .source && error?.errno == .badFileDescriptor,
+                "\(String(describing: error))")
+        // An O_APPEND destination cannot take a splice at an offset: .copy, the caller tries another way.
+        error = await #expect(throws: IOError.self) {
+            try await IO.spliceFileRanges(range, from: FileDescriptor(rawValue: input),
+                                          to: FileDescriptor(rawValue: appending)) { _ in }
+        }
+        #expect(error?.operation == .copy, "\(String(describing: error))")
+        #expect(try readFile(dir.file("dst")) == Array("old".utf8))
+        #expect(try readFile(dir.file("src")) == bytes)
     }
 }
