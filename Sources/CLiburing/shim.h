@@ -24,6 +24,7 @@
 #include <linux/fs.h>
 #include <sys/uio.h>
 #include <errno.h>
+#include <sys/vfs.h>
 
 static inline unsigned cliburing_iosqe_fixed_file(void) { return IOSQE_FIXED_FILE; }
 static inline unsigned cliburing_iosqe_io_drain(void) { return IOSQE_IO_DRAIN; }
@@ -123,6 +124,18 @@ static inline int cliburing_open_cached(const char *path, int flags) {
     errno = ENOSYS;
     return -1;
 #endif
+}
+
+/// The type of the file system an open file is on (statfs's f_type, such
+/// as 0xEF53 for ext2/3/4), or -1 with errno set.
+static inline long long cliburing_fs_type(int fd) {
+    struct statfs info;
+    return fstatfs(fd, &info) == 0 ? (long long)info.f_type : -1;
+}
+
+/// fallocate(2) (declared by glibc only under _GNU_SOURCE): 0, or -1 with errno set.
+static inline int cliburing_fallocate(int fd, int mode, long long offset, long long length) {
+    return (int)syscall(SYS_fallocate, fd, mode, (off_t)offset, (off_t)length);
 }
 
 ssize_t preadv2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags);

@@ -34,8 +34,8 @@ struct RingCP: AsyncParsableCommand {
             sparse files stay holes. Files of 256 KiB or less are copied with \
             their opens, reads, writes, closes and renames batched through the \
             ring, many at once; larger ones are copied inside the kernel by \
-            copy_file_range, as cp does, four 16 MiB pieces at once \
-            (--method kernel: spliced through \
+            copy_file_range, as cp does, or onto ext4 spliced through one \
+            1 MiB pipe into blocks allocated first (--method kernel: spliced through \
             pipes by the ring, four 1 MiB chunks in flight; --method \
             channels: through two random channels; --direct: around the page \
             cache).

@@ -42,8 +42,12 @@ import RingIOBase
 /// skipped, `SEEK_DATA`) is copied with `copy_file_range` inside the kernel
 /// (`.copyFileRange`), falling back to splices through pipes (`.splice`)
 /// where the file systems cannot, then to two random channels
-/// (`.channels`). `strategy` asks for one of them (a strategy the files do
-/// not allow falls back the same way); `reflink` asks for `FICLONE`.
+/// (`.channels`). Onto ext4, where `copy_file_range` is itself a splice
+/// through a 64 KiB pipe, the data's blocks are allocated first
+/// (`fallocate`) and the bytes spliced through one 1 MiB pipe (`.splice`):
+/// about 0.65× cp's time for 1 GiB. `strategy` asks for one of them (a
+/// strategy the files do not allow falls back the same way); `reflink`
+/// asks for `FICLONE`.
 public struct FileCopier: Sendable {
     /// How the destination is replaced.
     public enum Replace: Sendable, Hashable {
@@ -69,7 +73,8 @@ public struct FileCopier: Sendable {
         case chain
         /// `copy_file_range(2)` inside the kernel.
         case copyFileRange = "copy_file_range"
-        /// Spliced through pipes inside the kernel (`IO.copyRanges`).
+        /// Spliced through pipes inside the kernel (`IO.copyRanges`; onto
+        /// ext4, one 1 MiB pipe on a thread).
         case splice
         /// Read and written through two random channels.
         case channels
