@@ -22,7 +22,7 @@ struct Options {
                           [--log-record BYTES[K|M] (64K)] [--only WORD[,WORD...]]
                           [--cold] [--ringcp PATH] [--dir DIR ($TMPDIR or /tmp)] [--out DIR (Benchmarks/results)]
           --only keeps the cases whose "workload/system" contains a word: workloads read, copy, random32,
-                 random1, files, readfile, append; systems ringio, ringio-async, ringio-ring, ringio-async-ring, dispatchio, nio, nio-nbfio, plain, foundation,
+                 random1, files, readfile, copyfile, copyfile12, append; systems ringio, ringio-async, ringio-ring, ringio-async-ring, dispatchio, nio, nio-nbfio, plain, foundation,
                  cp, ringcp, fio
           --log-record sets the append log's record size: --log-record 4K --log-size 4G queues
                  1,000,000 records of 4 KiB at once
