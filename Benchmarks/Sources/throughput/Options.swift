@@ -21,7 +21,8 @@ struct Options {
                           [--files N (2000)] [--log-size BYTES[K|M|G] (256M)]
                           [--log-record BYTES[K|M] (64K)] [--only WORD[,WORD...]]
                           [--cold] [--ringcp PATH] [--dir DIR ($TMPDIR or /tmp)] [--out DIR (Benchmarks/results)]
-          --only keeps the cases whose "workload/system" contains a word: workloads read, copy, random32,
+          --only keeps the cases whose "workload/system" contains a word (or, for a word ending in "=",
+                 is it: random1/ringio= is that row alone): workloads read, copy, random32,
                  random1, files, readfile, copyfile, copyfile12, append; systems ringio, ringio-async, ringio-ring, ringio-async-ring, dispatchio, nio, nio-nbfio, plain, foundation,
                  cp, ringcp, fio
           --log-record sets the append log's record size: --log-record 4K --log-size 4G queues

@@ -114,7 +114,10 @@ do {
 let bench = Bench(options: options, workspace: workspace, sums: sums, readFileSums: readFileSums, fio: fio, cold: cold)
 var cases = bench.cases()
 if !options.only.isEmpty {
-    cases = cases.filter { c in options.only.contains { c.key.contains($0) } }
+    // A word ending in "=" names one case exactly ("random1/ringio=").
+    cases = cases.filter { c in
+        options.only.contains { $0.hasSuffix("=") ? c.key == String($0.dropLast()) : c.key.contains($0) }
+    }
     guard !cases.isEmpty else {
         print("throughput: --only \(options.only.joined(separator: ",")) matches no case\n" + Options.usage)
         workspace.remove()
