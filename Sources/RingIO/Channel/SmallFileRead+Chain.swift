@@ -24,7 +24,8 @@ extension SmallFileRead {
     private final class ChainResults: @unchecked Sendable {
         var open: Int32 = -ECANCELED
         var read: Int32 = -ECANCELED
-        var fd: Int32 = -1
+        /// The installed fd, or -errno (`EMFILE`).
+        var fd: Int32 = -ECANCELED
     }
 
     /// `maximumSize + 1` without overflowing.
@@ -49,7 +50,7 @@ extension SmallFileRead {
                                           mode: 0, file: file), owner: memory) { results.open = $0 }
         let read = IORequest(.readChained(file: file, buffer: UnsafeMutableRawBufferPointer(start: base, count: capacity),
                                           offset: 0)) { results.read = $0 }
-        let install = IORequest(.installChained(file: file)) { res in if res >= 0 { results.fd = res } }
+        let install = IORequest(.installChained(file: file)) { results.fd = $0 }
         let close = IORequest(.closeChained(file: file)) { _ in
             let base = UnsafeMutableRawPointer(bitPattern: address)!
             guard results.open >= 0 else {
@@ -68,7 +69,7 @@ extension SmallFileRead {
         engine.submit(linked: [open, read, install, close], hardLinks: [1, 2])
     }
 
-    /// The chain's file is open as `fd` (or the install failed: -1) and its
+    /// The chain's file is open as `fd` (or the install failed: -errno) and its
     /// first read gave `read`. Returns the outcome, or `nil` when more reads
     /// were submitted (whose last completion calls `completion`).
     private static func opened(fd: Int32, read: Int32, base: UnsafeMutableRawPointer, capacity: Int, _ path: FilePath,
@@ -78,7 +79,7 @@ extension SmallFileRead {
             free(base)
             // Without the fd nothing says what the bytes came from: only
             // when none were taken can the channel path start afresh.
-            return read > 0 ? .failed(IOError(.read, path: path, errno: .badFileDescriptor)) : .general
+            return read > 0 ? .failed(IOError(.read, path: path, errno: Errno(rawValue: -fd))) : .general
         }
         var st = stat()
         var rc = fstat(fd, &st)
@@ -166,7 +167,9 @@ extension SmallFileRead {
             let read = ReadResult()
             let first = IORequest(.read(fd: fd, buffer: UnsafeMutableRawBufferPointer(start: base, count: capacity),
                                         offset: 0)) { read.value = $0 }
-            let close = IORequest(.close(fd: fd)) { _ in
+            let close = IORequest(.close(fd: fd)) { closed in
+                // Cancelled before it ran (the engine shut down): the fd is still open.
+                if closed == -ECANCELED { _ = Glibc.close(fd) }
                 let base = UnsafeMutableRawPointer(bitPattern: address)!
                 let res = read.value
                 guard res >= 0, Int(res) <= size else {
