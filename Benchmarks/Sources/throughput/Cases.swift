@@ -258,8 +258,10 @@ final class Bench {
     private func readFileCases() -> [Case] {
         let (dir, count, timeout) = (workspace.readFiles, options.files, timeout)
         let expected = readFileSums
+        let evict = options.evictPages
         func checked(_ what: String, _ run: () throws -> (seconds: Double, sums: UInt64)) throws -> Sample {
             try prepareSource(big: false)
+            if evict { try ReadFileCases.evictPages(dir, count: count) }
             let result = try run()
             guard result.sums == expected else { throw BenchError("\(what): wrong bytes (checksum differs)") }
             return Sample(rate: Double(count) / result.seconds)
