@@ -144,8 +144,12 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
     /// (of a FIFO: it waits for the other end).
     static func isBlocking(_ request: IORequest) -> Bool {
         if request.mayBlock || request.isPoll { return true }
-        if case .openat = request.operation { return true }
-        return false
+        switch request.operation {
+        case .openat: return true
+        // A chain's open waits only without O_NONBLOCK (readFile's never does).
+        case .openChained(_, _, let flags, _, _): return flags & O_NONBLOCK == 0
+        default: return false
+        }
     }
 
     /// The next request a worker may run: file I/O first; a blocking request
