@@ -147,4 +147,25 @@ static inline long cliburing_pread_nowait(int fd, void *buffer, size_t length, l
     return preadv2(fd, &v, 1, (off_t)offset, 0x8 /* RWF_NOWAIT */);
 }
 
+/// IORING_OP_FIXED_FD_INSTALL (Linux 6.8; liburing 2.6 names it): a regular
+/// fd, O_CLOEXEC, for the direct descriptor in table slot `slot`.
+#define CLIBURING_OP_FIXED_FD_INSTALL 54
+static inline void cliburing_prep_fixed_fd_install(struct io_uring_sqe *sqe, int slot) {
+    io_uring_prep_rw(CLIBURING_OP_FIXED_FD_INSTALL, sqe, slot, NULL, 0, 0);
+    sqe->flags |= IOSQE_FIXED_FILE;
+}
+
+/// Whether the ring's kernel has what a linked open -> read -> install ->
+/// close chain on a direct descriptor needs: OPENAT and CLOSE with a file
+/// index (5.15) and FIXED_FD_INSTALL (6.8).
+static inline int cliburing_supports_direct_chain(struct io_uring *ring) {
+    struct io_uring_probe *probe = io_uring_get_probe_ring(ring);
+    if (!probe) return 0;
+    int ok = io_uring_opcode_supported(probe, IORING_OP_OPENAT)
+        && io_uring_opcode_supported(probe, IORING_OP_CLOSE)
+        && io_uring_opcode_supported(probe, CLIBURING_OP_FIXED_FD_INSTALL);
+    io_uring_free_probe(probe);
+    return ok;
+}
+
 #endif

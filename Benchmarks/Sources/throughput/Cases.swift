@@ -62,7 +62,10 @@ final class Bench {
 
     /// Every case, in the order of the tables.
     func cases() -> [Case] {
-        readCases() + copyCases() + randomCases(depth: 32) + randomCases(depth: 1) + fileCases() + readFileCases() + appendCases()
+        var all = readCases() + copyCases() + randomCases(depth: 32) + randomCases(depth: 1)
+        all += fileCases() + readFileCases()
+        all += copyFileCases() + appendCases()
+        return all
     }
 
     private func readCases() -> [Case] {
@@ -239,22 +242,26 @@ final class Bench {
     /// until the workspace goes: on ext4, creating files right after deleting
     /// thousands is slow for a while, which would time the deletion of the
     /// previous system's copy rather than this system's.
-    private func copyTree(_ system: String, create: Bool, _ copy: (String, String) throws -> Double) throws -> Sample {
+    func copyTree(_ system: String, from source: String? = nil, create: Bool,
+                  _ copy: (String, String) throws -> Double) throws -> Sample {
+        let source = source ?? workspace.smallFiles
         treeCopies += 1
         let destination = workspace.destinationTree("\(system)-\(treeCopies)")
         removeTree(destination)
         if create { guard mkdir(destination, 0o755) == 0 else { throw BenchError("mkdir \(destination): errno \(errno)") } }
         try prepareSource(big: false)
-        let elapsed = try copy(workspace.smallFiles, destination)
-        try requireIdenticalTrees(workspace.smallFiles, destination)
+        let elapsed = try copy(source, destination)
+        try requireIdenticalTrees(source, destination)
         return Sample(rate: Double(options.files) / elapsed)
     }
 
     private func readFileCases() -> [Case] {
         let (dir, count, timeout) = (workspace.readFiles, options.files, timeout)
         let expected = readFileSums
+        let evict = options.evictPages
         func checked(_ what: String, _ run: () throws -> (seconds: Double, sums: UInt64)) throws -> Sample {
             try prepareSource(big: false)
+            if evict { try ReadFileCases.evictPages(dir, count: count) }
             let result = try run()
             guard result.sums == expected else { throw BenchError("\(what): wrong bytes (checksum differs)") }
             return Sample(rate: Double(count) / result.seconds)

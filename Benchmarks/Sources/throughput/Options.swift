@@ -13,6 +13,9 @@ struct Options {
     var logRecord = 64 << 10
     var only: [String] = []
     var cold = false
+    /// readfile: drop each file's pages (`POSIX_FADV_DONTNEED`) before each
+    /// measurement, keeping the paths cached.
+    var evictPages = false
     var ringcp: String? = nil
     var output: String? = nil
 
@@ -20,13 +23,16 @@ struct Options {
         usage: throughput [--size BYTES[K|M|G] (1G)] [--size-mib N] [--rounds N (5)] [--reads N (200000)]
                           [--files N (2000)] [--log-size BYTES[K|M|G] (256M)]
                           [--log-record BYTES[K|M] (64K)] [--only WORD[,WORD...]]
-                          [--cold] [--ringcp PATH] [--dir DIR ($TMPDIR or /tmp)] [--out DIR (Benchmarks/results)]
-          --only keeps the cases whose "workload/system" contains a word: workloads read, copy, random32,
-                 random1, files, readfile, append; systems ringio, ringio-async, ringio-ring, ringio-async-ring, dispatchio, nio, nio-nbfio, plain, foundation,
+                          [--cold] [--evict-pages] [--ringcp PATH] [--dir DIR ($TMPDIR or /tmp)] [--out DIR (Benchmarks/results)]
+          --only keeps the cases whose "workload/system" contains a word (or, for a word ending in "=",
+                 is it: random1/ringio= is that row alone): workloads read, copy, random32,
+                 random1, files, readfile, copyfile, copyfile12, append; systems ringio, ringio-async, ringio-ring, ringio-async-ring, dispatchio, nio, nio-nbfio, plain, foundation,
                  cp, ringcp, fio
           --log-record sets the append log's record size: --log-record 4K --log-size 4G queues
                  1,000,000 records of 4 KiB at once
           --cold drops the page cache (sync; echo 3 > /proc/sys/vm/drop_caches) before each measurement
+          --evict-pages drops the readfile workload's file pages (POSIX_FADV_DONTNEED) before each
+                 measurement, the paths staying cached (no root needed)
           --ringcp runs PATH -r SRC DST (files) and PATH SRC DST (copy) as the system "ringcp"
         """
 
@@ -52,6 +58,7 @@ struct Options {
                 case "--files": o.files = try positive(value(option).get(), option)
                 case "--only": o.only += try value(option).get().lowercased().split(separator: ",").map(String.init)
                 case "--cold": o.cold = true
+                case "--evict-pages": o.evictPages = true
                 case "--ringcp":
                     let path = try value(option).get()
                     guard access(path, X_OK) == 0 else { throw Exit("throughput: --ringcp \(path) is not an executable file", 2) }

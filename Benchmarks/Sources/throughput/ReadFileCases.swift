@@ -60,6 +60,21 @@ enum ReadFileCases {
         }
     }
 
+    /// Drops the files' pages from the page cache (`--evict-pages`); their
+    /// paths stay cached. Checks that they went (mincore), since
+    /// `POSIX_FADV_DONTNEED` skips dirty pages.
+    static func evictPages(_ dir: String, count: Int) throws {
+        sync()
+        for i in 0..<count {
+            let fd = try openFile(smallFilePath(dir, i), O_RDONLY)
+            defer { close(fd) }
+            let rc = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)
+            guard rc == 0 else { throw BenchError("posix_fadvise: errno \(rc)") }
+        }
+        let left = try (0..<count).reduce(0.0) { $0 + (try residentFraction(smallFilePath(dir, $1))) }
+        guard left < Double(count) / 2 else { throw BenchError("--evict-pages: most pages stayed cached") }
+    }
+
     /// `Data(contentsOf:)` of each file in turn.
     static func foundation(_ dir: String, count: Int) throws -> (seconds: Double, sums: UInt64) {
         var sums = FileSums()

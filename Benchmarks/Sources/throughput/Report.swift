@@ -147,6 +147,8 @@ struct Report {
                 out += "Each file is \(4) KiB; the destination directory is new each time, and the copies are removed only at the end of the run (creating files right after deleting thousands is slow on ext4).\n\n"
             case .readfile:
                 out += "Each file is 12 KiB and page-cached; each system reads them all, one at a time, and checks every byte.\n\n"
+            case .copyfile, .copyfile12:
+                out += "Each copy goes to a new file of a new directory; cp is started once per file (its start-up counts).\n\n"
             case .append:
                 out += "Each record: its index (8 bytes) and a fixed payload; the file is new each time; the time includes the final fsync.\n\n"
             case .read:

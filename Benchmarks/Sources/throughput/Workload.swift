@@ -4,7 +4,7 @@ import BenchSupport
 
 /// One workload: the same work given to every system.
 enum Workload: String, CaseIterable, Sendable {
-    case read, copy, random32, random1, files, readfile, append
+    case read, copy, random32, random1, files, readfile, copyfile, copyfile12, append
 
     enum Unit: String, Sendable {
         case bytes = "GiB/s", reads = "reads/s", files = "files/s"
@@ -25,7 +25,7 @@ enum Workload: String, CaseIterable, Sendable {
         switch self {
         case .read, .copy, .append: .bytes
         case .random32, .random1: .reads
-        case .files, .readfile: .files
+        case .files, .readfile, .copyfile, .copyfile12: .files
         }
     }
 
@@ -38,6 +38,8 @@ enum Workload: String, CaseIterable, Sendable {
         case .random1: "\(grouped(Double(reads))) random 4 KiB reads of the cached file, 1 in flight"
         case .files: "\(grouped(Double(files))) files of 4 KiB copied into a new directory"
         case .readfile: "\(grouped(Double(files))) files of 12 KiB read whole, one after another"
+        case .copyfile: "\(grouped(Double(files))) files of 4 KiB copied one at a time (µs per copy: 1,000,000 ÷ files/s)"
+        case .copyfile12: "\(grouped(Double(files))) files of 12 KiB copied one at a time (µs per copy: 1,000,000 ÷ files/s)"
         case .append: "Append log: \(grouped(Double(log.records))) records of \(log.recordSize >> 10) KiB (\(sizeText(log.totalBytes))), then fsync"
         }
     }
@@ -50,6 +52,8 @@ enum Workload: String, CaseIterable, Sendable {
         case .random1: "Random 4 KiB reads, 1 in flight (reads/s)"
         case .files: "Small files copied (files/s)"
         case .readfile: "Small files read whole (files/s)"
+        case .copyfile: "4 KiB files copied one at a time (files/s)"
+        case .copyfile12: "12 KiB files copied one at a time (files/s)"
         case .append: "Append log + fsync (GiB/s)"
         }
     }

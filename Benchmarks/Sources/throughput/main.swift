@@ -9,6 +9,8 @@
 //   random1   the same, 1 in flight (reads/s)
 //   files     2,000 files of 4 KiB copied into a new directory (files/s)
 //   readfile  2,000 files of 12 KiB read whole, one after another (files/s)
+//   copyfile, copyfile12  the 4 KiB (12 KiB) files copied one at a time,
+//             each to a new file (files/s; cp is started per file)
 //   append    an append log of 64 KiB records, 256 MiB, then fsync (GiB/s)
 // Systems: RingIO's handler API and async API, DispatchIO, SwiftNIO's
 // FileSystem and NonBlockingFileIO, a plain system-call loop, cp (and
@@ -112,7 +114,10 @@ do {
 let bench = Bench(options: options, workspace: workspace, sums: sums, readFileSums: readFileSums, fio: fio, cold: cold)
 var cases = bench.cases()
 if !options.only.isEmpty {
-    cases = cases.filter { c in options.only.contains { c.key.contains($0) } }
+    // A word ending in "=" names one case exactly ("random1/ringio=").
+    cases = cases.filter { c in
+        options.only.contains { $0.hasSuffix("=") ? c.key == String($0.dropLast()) : c.key.contains($0) }
+    }
     guard !cases.isEmpty else {
         print("throughput: --only \(options.only.joined(separator: ",")) matches no case\n" + Options.usage)
         workspace.remove()

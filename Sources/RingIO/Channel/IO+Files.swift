@@ -35,9 +35,10 @@ extension IO {
     ///
     /// A regular file of up to 256 KiB whose path and bytes are cached is
     /// read on the calling thread, without waiting for the device and
-    /// without suspending; otherwise with an open and one read through the
-    /// engine (more reads, through a channel, for a larger file or one that
-    /// is not regular).
+    /// without suspending; otherwise with one linked chain through the
+    /// engine (open, read, close: one submission, one completion; one more
+    /// read past 64 KiB), or, for a larger file or one that is not regular,
+    /// through a channel.
     ///
     /// ```swift
     /// let config = try await IO.readFile(at: "config.json", maximumSize: 1 << 20)
@@ -58,12 +59,19 @@ extension IO {
         let limit = Swift.max(maximumSize, 0)
         if Task.isCancelled { throw IOError(.read, path: path, errno: .canceled) }
         // A small regular file: read at once where nothing has to wait for
-        // the device, else an open and one read (SmallFileRead.swift).
-        if let bytes = SmallFileRead.readWithoutBlocking(path, maximumSize: limit) { return bytes }
-        switch await SmallFileRead.read(path, maximumSize: limit, engine: engine) {
+        // the device, else one linked chain through the engine
+        // (SmallFileRead.swift, SmallFileRead+Chain.swift).
+        let outcome: SmallFileRead.Outcome
+        switch SmallFileRead.attemptInline(path, maximumSize: limit, keepOpen: true) {
+        case .bytes(let bytes): return bytes
+        case .opened(let fd, let size): outcome = await SmallFileRead.readOpened(fd: fd, size: size, path, engine: engine)
+        case .none: outcome = await SmallFileRead.read(path, maximumSize: limit, engine: engine)
+        }
+        switch outcome {
         case .done(let bytes): return bytes
         case .failed(let error): throw error
         case .general: break
+        case .partial(let prefix, let fd): return try await readRest(of: fd, after: prefix, path, limit: limit, engine: engine)
         }
         let channel = try IOChannel(kind: .stream, path: path, mode: .readOnly, queue: .global, engine: engine)
         defer { channel.close() }
@@ -78,6 +86,26 @@ extension IO {
                           detail: "more than the maximum size of \(limit) bytes")
         }
         return bytes
+    }
+
+    /// The rest of a FIFO or device whose first bytes the small-file chain
+    /// took: a stream channel on the same fd, which it closes.
+    private static func readRest(of fd: Int32, after prefix: DataChunk, _ path: FilePath, limit: Int,
+                                 engine: IOEngine) async throws(IOError) -> DataChunk {
+        let channel = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: fd), queue: .global,
+                                engine: engine, cleanup: { _ in _ = close(fd) })
+        defer { channel.close() }
+        let rest: DataChunk
+        do throws(Errno) {
+            rest = try await channel.read(length: limit == .max ? .max : limit + 1 - prefix.count)
+        } catch {
+            throw IOError(.read, path: path, errno: error)
+        }
+        guard prefix.count + rest.count <= limit else {
+            throw IOError(.read, path: path, errno: .fileTooLarge,
+                          detail: "more than the maximum size of \(limit) bytes")
+        }
+        return prefix + rest
     }
 
     /// Writes `data` to the file at `path`, creating or replacing it.

@@ -9,30 +9,38 @@ import Synchronization
 import RingIOBase
 @_spi(Engine) import RingIOEngine
 
-/// The small-file path of `IO.readFile`: an open, then one read of the
-/// whole file, the second submitted from the first one's completion on the
-/// engine's thread; the caller resumes once, from the read's completion.
+/// The small-file paths of `IO.readFile`.
+///
+/// 1. On the calling thread, where nothing waits for the device:
+///    `openat2(RESOLVE_CACHED)`, `fstat`, `preadv2(RWF_NOWAIT)`, `close`
+///    (`readWithoutBlocking`). When the path is cached but the bytes are
+///    not, the open fd goes to the engine: a read linked to its close, one
+///    submission, one completion (`readOpened`).
+/// 2. Otherwise one linked chain through the engine (SmallFileRead+Chain.swift):
 ///
 /// ```
-///  caller             engine thread (ring thread, or a pool worker)
-///  ──────             ─────────────────────────────────────────────
-///  openat ─────────▶  fd: fstat; a regular file of 1 ... 256 KiB?
-///                        │ yes: read size + 1 bytes at offset 0 ──▶ (next io_uring_enter)
-///                        │ no:  close; the channel path             │
-///  resumes ◀────────  close; the bytes (a short read is the end) ◀──┘
+///  caller            engine                                  engine thread
+///  ──────            ──────                                  ─────────────
+///  submit ────▶ open ─link─▶ read 64 KiB ═hard═▶ install fd ═hard═▶ close
+///                                                                 │ fstat(fd): regular?
+///  resumes ◀──────────────────────────────────── bytes, or more reads ◀┘
 /// ```
 ///
-/// From a task on the engine's queue (`IOEngine.queue`) nothing crosses a
-/// thread: both requests are submitted from the ring thread, without an
-/// eventfd write, and the task resumes there. Two `io_uring_enter` calls
-/// per file.
+///    The open puts the file in a slot of the ring's registered-file table
+///    (a direct descriptor: the read names the slot, so it can be linked to
+///    the open), the read takes a guess of the size, the install hands a
+///    plain fd to the completion for `fstat` (is it regular? did the guess
+///    hold it all?), the close frees the slot. The caller resumes once,
+///    after the close. On the thread pool the same chain runs on one worker
+///    with a plain fd. Where the kernel lacks `IORING_OP_FIXED_FD_INSTALL`
+///    (before 6.8), or the file table is full or absent: an open, then one
+///    read submitted from its completion (`openThenRead`).
 ///
-/// Not one linked chain (open → statx → read → close): the read needs the
-/// open's fd and the file's size, and io_uring runs `STATX` on its worker
-/// threads (a kernel thread wake-up each), where `fstat` of the open fd on
-/// the completion's thread costs well under a microsecond. The open uses
-/// `O_NONBLOCK` so that it never waits (a FIFO without a writer); anything
-/// but a regular file goes to the channel path, which opens it again.
+/// Every open uses `O_NONBLOCK`, so that nothing waits (a FIFO without a
+/// writer). What is not a regular file and gave no bytes goes to the
+/// channel path, which opens it again as a blocking open would; one that
+/// gave bytes (a FIFO with data, a character device) is read on through a
+/// channel on the same fd, after the bytes already taken.
 enum SmallFileRead {
     /// Files above this size, or of size 0 (procfs reports 0 and has bytes),
     /// take the channel path.
@@ -44,6 +52,18 @@ enum SmallFileRead {
         /// Not a regular file of 1 ... `limit` bytes, or it grew since the
         /// stat: read it through a channel.
         case general
+        /// Not a regular file, and these bytes were taken from it: read the
+        /// rest from `fd` (blocking now; the receiver closes it).
+        case partial(DataChunk, fd: Int32)
+    }
+
+    /// What the calling thread's attempt found.
+    enum Inline {
+        case bytes(DataChunk)
+        /// A regular file of `size` bytes whose path was cached and whose
+        /// bytes are not: its open fd.
+        case opened(fd: Int32, size: Int)
+        case none
     }
 
     /// Cleared when the kernel lacks `openat2`'s `RESOLVE_CACHED` or `RWF_NOWAIT`.
@@ -57,30 +77,44 @@ enum SmallFileRead {
     /// wait for the device (or failed): the caller goes through the engine,
     /// which gives the errors.
     static func readWithoutBlocking(_ path: FilePath, maximumSize: Int) -> DataChunk? {
-        guard inlineSupported.load(ordering: .relaxed) else { return nil }
+        if case .bytes(let bytes) = attemptInline(path, maximumSize: maximumSize, keepOpen: false) { return bytes }
+        return nil
+    }
+
+    /// `readWithoutBlocking`, or with `keepOpen` the open fd of a regular
+    /// file of 1 ... `limit` bytes whose bytes are not all cached.
+    static func attemptInline(_ path: FilePath, maximumSize: Int, keepOpen: Bool) -> Inline {
+        guard inlineSupported.load(ordering: .relaxed) else { return .none }
         let fd = path.withPlatformString { cliburing_open_cached($0, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
         guard fd >= 0 else {
             let e = cliburing_errno()
             if e == ENOSYS || e == EINVAL || e == EPERM { inlineSupported.store(false, ordering: .relaxed) }
-            return nil
+            return .none
         }
-        defer { _ = close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size > 0, st.st_size <= limit,
-              Int(st.st_size) <= maximumSize else { return nil }
+              Int(st.st_size) <= maximumSize else {
+            _ = close(fd)
+            return .none
+        }
         let size = Int(st.st_size)
         let base = malloc(size + 1)!
         let n = cliburing_pread_nowait(fd, base, size + 1, 0)
         // Fewer bytes than the stat said: part of the file is not cached (or it
         // shrank); more: it grew. The engine's read settles both.
         guard n == size else {
-            if n < 0, cliburing_errno() == EOPNOTSUPP || cliburing_errno() == EINVAL {
-                inlineSupported.store(false, ordering: .relaxed)
-            }
+            let e = cliburing_errno()
             free(base)
-            return nil
+            if n < 0, e == EOPNOTSUPP || e == EINVAL {
+                inlineSupported.store(false, ordering: .relaxed)
+            } else if keepOpen && n < size {
+                return .opened(fd: fd, size: size)
+            }
+            _ = close(fd)
+            return .none
         }
-        return DataChunk(bytesNoCopy: UnsafeRawBufferPointer(start: base, count: size), deallocator: .free)
+        _ = close(fd)
+        return .bytes(DataChunk(bytesNoCopy: UnsafeRawBufferPointer(start: base, count: size), deallocator: .free))
     }
 
     static func read(_ path: FilePath, maximumSize: Int, engine: IOEngine) async -> Outcome {
@@ -92,6 +126,21 @@ enum SmallFileRead {
     /// Runs the read; `completion` runs once, on the engine's thread.
     static func start(_ path: FilePath, maximumSize: Int, engine: IOEngine,
                       _ completion: @escaping @Sendable (Outcome) -> Void) {
+        if engine.supportsChainedFiles {
+            startChain(path, maximumSize: maximumSize, engine: engine) { outcome, noSlot in
+                // No free slot in the ring's file table: the two-step path.
+                if noSlot { return openThenRead(path, maximumSize: maximumSize, engine: engine, completion) }
+                completion(outcome)
+            }
+        } else {
+            openThenRead(path, maximumSize: maximumSize, engine: engine, completion)
+        }
+    }
+
+    /// An open, then a read submitted from its completion (engines without
+    /// chained files).
+    static func openThenRead(_ path: FilePath, maximumSize: Int, engine: IOEngine,
+                             _ completion: @escaping @Sendable (Outcome) -> Void) {
         let memory = RequestMemory(paths: [path])
         let open = IORequest(.openat(directory: AT_FDCWD, path: memory.paths[0],
                                      flags: O_RDONLY | O_CLOEXEC | O_NONBLOCK, mode: 0),

@@ -270,8 +270,13 @@ public final class IOEngine: Sendable {
     /// cancels the whole chain.
     ///
     /// - Precondition: `1...maximumChainLength` requests, none submitted before.
+    ///
+    /// `hardLinks` holds the indices of the requests whose link to the next
+    /// one is hard (`IOSQE_IO_HARDLINK`): the next one runs whatever their
+    /// result, as long as they ran (a request cancelled because an earlier
+    /// soft link broke still cancels everything after it).
     @_spi(Engine)
-    public func submit(linked requests: [IORequest]) {
+    public func submit(linked requests: [IORequest], hardLinks: Set<Int> = []) {
         precondition((1...Self.maximumChainLength).contains(requests.count),
                      "a linked chain holds 1...\(Self.maximumChainLength) requests")
         if requests.count > 1 {
@@ -281,10 +286,18 @@ public final class IOEngine: Sendable {
                 precondition(!r.isCancel, "a cancel cannot be part of a linked chain")
                 r.chainHead = head
                 r.linkNext = i < requests.count - 1
+                r.hardLinkNext = r.linkNext && hardLinks.contains(i)
             }
         }
         core.submit(contentsOf: requests)
     }
+
+    /// Whether this engine runs the chained-file operations
+    /// (`IORequest.Operation.openChained` and the rest): on io_uring, a
+    /// registered-file table and a kernel with `IORING_OP_FIXED_FD_INSTALL`
+    /// (Linux 6.8); the thread pool always (plain fds).
+    @_spi(Engine)
+    public var supportsChainedFiles: Bool { uring?.supportsChainedFiles ?? true }
 
     /// Asks the backend to cancel `request`. It completes with `-ECANCELED`
     /// if the cancel reached it in time, else with its own result; either

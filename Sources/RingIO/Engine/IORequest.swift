@@ -61,6 +61,22 @@ public final class IORequest: @unchecked Sendable {
         /// inside the kernel; an offset of -1 means the fd's position (and
         /// must be -1 for the pipe). `IORING_OP_SPLICE`.
         case splice(input: Int32, inputOffset: Int64, output: Int32, outputOffset: Int64, length: Int)
+        /// Opens `path` into `file`, for the later requests of the same
+        /// linked chain; `res` is 0. On io_uring a direct descriptor (a slot
+        /// of the ring's registered-file table, taken when the chain enters
+        /// the SQ): `IORING_OP_OPENAT` with a file index. `flags` must not
+        /// hold `O_CLOEXEC` (a direct descriptor has no such flag).
+        /// Only where `IOEngine.supportsChainedFiles`.
+        case openChained(directory: Int32, path: UnsafePointer<CChar>, flags: Int32, mode: UInt32, file: ChainedFile)
+        /// A read of the file an earlier `openChained` of the chain opened:
+        /// `IORING_OP_READ` with `IOSQE_FIXED_FILE`.
+        case readChained(file: ChainedFile, buffer: UnsafeMutableRawBufferPointer, offset: Int64)
+        /// A regular fd (`O_CLOEXEC`) for `file`, which the completion owns:
+        /// `IORING_OP_FIXED_FD_INSTALL`.
+        case installChained(file: ChainedFile)
+        /// Closes `file` (its table slot is free again after the completion):
+        /// `IORING_OP_CLOSE` with a file index.
+        case closeChained(file: ChainedFile)
         /// Cancels `target`: `IORING_OP_ASYNC_CANCEL` on the ring, or an
         /// interrupted wait in the pool. Made by `IOEngine.cancel(_:)`.
         case cancel(target: IORequest)
@@ -82,6 +98,10 @@ public final class IORequest: @unchecked Sendable {
     /// Set by `IOEngine.submit(linked:)`: the next request runs only if this
     /// one succeeds in full (`IOSQE_IO_LINK`).
     var linkNext = false
+    /// With `linkNext`: the next request runs whatever this one's result
+    /// (`IOSQE_IO_HARDLINK`), unless this one was itself cancelled because
+    /// an earlier link broke.
+    var hardLinkNext = false
     /// On the first request of a linked chain: the number of requests in it.
     var chainLength = 1
     /// The chain's first request, on every request of a chain (nil otherwise).
@@ -150,6 +170,7 @@ public final class IORequest: @unchecked Sendable {
     var requestedLength: Int? {
         switch operation {
         case .read(_, let buffer, _): return buffer.count
+        case .readChained(_, let buffer, _): return buffer.count
         case .write(_, let buffer, _): return buffer.count
         case .splice(_, _, _, _, let length): return length
         case .readv(_, let iovecs, let count, _), .writev(_, let iovecs, let count, _):
@@ -171,6 +192,26 @@ public final class IORequest: @unchecked Sendable {
         if case .cancel = operation { return true }
         return false
     }
+}
+
+/// The file the requests of one linked chain share (see
+/// `IORequest.Operation.openChained`): opened by the chain's first request,
+/// closed by its last, never seen by the caller except through
+/// `installChained`'s fd.
+@_spi(Engine)
+// @unchecked: `slot` is touched only by the ring thread (set when the chain
+// enters the SQ, cleared at the close's completion); `fd` only by the pool
+// worker that runs the chain, its requests one after another.
+public final class ChainedFile: @unchecked Sendable {
+    /// io_uring: the registered-file table slot, -1 when none is held.
+    var slot: Int32 = -1
+    /// io_uring: no slot was free when the chain was to enter the SQ; the
+    /// open then fails with `ENFILE` and the rest of the chain is cancelled.
+    public internal(set) var noSlot = false
+    /// Thread pool: the open fd, -1 when none.
+    var fd: Int32 = -1
+
+    public init() {}
 }
 
 /// What both backends provide.

@@ -92,6 +92,22 @@ final class RingTables {
         return index
     }
 
+    /// A free slot of the file table for a chain's direct descriptor
+    /// (`IORequest.Operation.openChained`); `nil` when the table is full.
+    func reserveChainSlot() -> Int32? {
+        guard let free = freeFiles.popLast() else {
+            counters.fileTableFull.add(1, ordering: .relaxed)
+            return nil
+        }
+        return free
+    }
+
+    /// Gives back a chain's slot, which the chain's close emptied (or its
+    /// open never filled).
+    func releaseChainSlot(_ index: Int32) {
+        freeFiles.append(index)
+    }
+
     /// Empties slot `index` of the file table and makes it free again.
     func unregisterFile(at index: Int32) -> Int32 {
         var none: Int32 = -1

@@ -144,8 +144,12 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
     /// (of a FIFO: it waits for the other end).
     static func isBlocking(_ request: IORequest) -> Bool {
         if request.mayBlock || request.isPoll { return true }
-        if case .openat = request.operation { return true }
-        return false
+        switch request.operation {
+        case .openat: return true
+        // A chain's open waits only without O_NONBLOCK (readFile's never does).
+        case .openChained(_, _, let flags, _, _): return flags & O_NONBLOCK == 0
+        default: return false
+        }
     }
 
     /// The next request a worker may run: file I/O first; a blocking request
@@ -226,7 +230,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
                         _ = read(worker.cancelFD, &value, 8)
                         worker.cancelSignalled = false
                     }
-                    if request.linkNext && !request.linkSucceeds(res) { broken = true }
+                    if request.linkNext && !request.hardLinkNext && !request.linkSucceeds(res) { broken = true }
                     lock.unlock()
                     request.completion(res)
                     lock.lock()
@@ -343,6 +347,24 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
                     }
                 }
             }
+        case .openChained(let directory, let path, let flags, let mode, let file):
+            let fd = retryingEINTR { Int(openat(directory, path, flags | O_CLOEXEC, mode_t(mode))) }
+            guard fd >= 0 else { return fd }
+            file.fd = fd
+            return 0
+        case .readChained(let file, let buffer, let offset):
+            guard file.fd >= 0 else { return -EBADF }
+            // Once, as io_uring does on an O_NONBLOCK fd: EAGAIN is a result
+            // (and a pipe's ESPIPE, where io_uring would read).
+            return retryingEINTR { pread(file.fd, buffer.baseAddress, buffer.count, off_t(offset)) }
+        case .installChained(let file):
+            guard file.fd >= 0 else { return -EBADF }
+            return retryingEINTR { Int(fcntl(file.fd, F_DUPFD_CLOEXEC, 0)) }
+        case .closeChained(let file):
+            guard file.fd >= 0 else { return -EBADF }
+            let rc = Glibc.close(file.fd)
+            file.fd = -1
+            return rc == 0 ? 0 : -cliburing_errno()
         case .cancel:
             return -EINVAL
         }

@@ -45,6 +45,15 @@ extension UringBackend {
             io_uring_prep_unlinkat(sqe, directory, path, flags)
         case .splice(let input, let inputOffset, let output, let outputOffset, let length):
             io_uring_prep_splice(sqe, input, inputOffset, output, outputOffset, UInt32(length), 0)
+        case .openChained(let directory, let path, let flags, let mode, let file):
+            io_uring_prep_openat_direct(sqe, directory, path, flags, mode_t(mode), UInt32(file.slot))
+        case .readChained(let file, let buffer, let offset):
+            io_uring_prep_read(sqe, file.slot, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset))
+            cliburing_sqe_use_fixed_file(sqe)
+        case .installChained(let file):
+            cliburing_prep_fixed_fd_install(sqe, file.slot)
+        case .closeChained(let file):
+            io_uring_prep_close_direct(sqe, UInt32(file.slot))
         case .cancel:
             fatalError("unreachable: cancels are prepared in fill()")
         }
@@ -54,5 +63,24 @@ extension UringBackend {
             sqe.pointee.fd = index
             cliburing_sqe_use_fixed_file(sqe)
         }
+    }
+
+    /// Ring thread: a table slot for the direct descriptor of the chain at the
+    /// head of the backlog. With none free, the chain completes now: its
+    /// open with `ENFILE` (`noSlot` set), the rest with `ECANCELED`.
+    func reserveSlot(for file: ChainedFile) -> Bool {
+        if let slot = tables.reserveChainSlot() {
+            file.slot = slot
+            return true
+        }
+        file.noSlot = true
+        guard let head = backlog.popFirst() else { return false }
+        var failed = [head]
+        for _ in 1..<head.chainLength { if let r = backlog.popFirst() { failed.append(r) } }
+        for (i, r) in failed.enumerated() {
+            r.engineState = .done
+            r.completion(i == 0 ? -ENFILE : -ECANCELED)
+        }
+        return false
     }
 }

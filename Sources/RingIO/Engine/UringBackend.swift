@@ -49,9 +49,12 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     private let eventBuffer: UnsafeMutablePointer<UInt64>
     /// Registered buffers and files (ring thread only, except its counters).
     let tables: RingTables
+    /// The kernel runs chains on direct descriptors (`ChainedFile`) and the
+    /// ring has a file table for them.
+    let supportsChainedFiles: Bool
 
     // Ring thread only.
-    private var backlog = TicketQueue<IORequest>()
+    var backlog = TicketQueue<IORequest>()
     private var cancels = RingBuffer<IORequest>(initialCapacity: 16)
     private var outstanding = 0
     private var wakeArmed = false
@@ -105,6 +108,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         self.submissionEntries = Int(ring.pointee.sq.ring_entries)
         self.completionEntries = Int(ring.pointee.cq.ring_entries)
         self.setupDescription = description
+        self.supportsChainedFiles = tables.fileCapacity > 0 && cliburing_supports_direct_chain(ring) != 0
         inbox.reserveCapacity(256)
         local.reserveCapacity(256)
     }
@@ -455,12 +459,16 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             if outstanding + length > completionEntries || Int(io_uring_sq_space_left(ring)) < length {
                 return
             }
+            if case .openChained(_, _, _, _, let file) = request.operation, !reserveSlot(for: file) { continue }
             for _ in 0..<length {
                 guard let request = backlog.popFirst(), let sqe = io_uring_get_sqe(ring) else {
                     fatalError("unreachable: a chain's requests are queued together and the SQ has room")
                 }
                 prepare(sqe, request)
-                if request.linkNext { cliburing_sqe_add_flags(sqe, cliburing_iosqe_io_link()) }
+                if request.linkNext {
+                    cliburing_sqe_add_flags(sqe, request.hardLinkNext ? cliburing_iosqe_io_hardlink()
+                                                                        : cliburing_iosqe_io_link())
+                }
                 cliburing_sqe_set_data64(sqe, UInt64(UInt(bitPattern: Unmanaged.passRetained(request).toOpaque())))
                 request.engineState = .inFlight
                 outstanding += 1
@@ -485,6 +493,10 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             request.engineState = .queued
             request.backlogTicket = backlog.append(request)
             return
+        }
+        if case .closeChained(let file) = request.operation, file.slot >= 0 {
+            tables.releaseChainSlot(file.slot)
+            file.slot = -1
         }
         request.engineState = .done
         request.completion(res)
