@@ -138,6 +138,10 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
     // operation's lock held; the buffer's bytes only by the one request in
     // flight on them (and before it is made, by the shell that fills it).
     final class SlotIO: ProgressPayload, @unchecked Sendable {
+        /// Its operation: the completion's one capture is the slot (no
+        /// closure context to allocate). The cycle ends when the progress
+        /// lets go of the slot (taken in order, or past the end).
+        let operation: ChannelOperation
         let id: Int
         /// Reads: where the bytes land. Direct writes: the aligned copy of
         /// the bytes (and of a read-modify-write's block).
@@ -150,7 +154,8 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
         /// The request in flight (to cancel on a stop).
         var request: IORequest?
 
-        init(id: Int, buffer: ReadBuffer?, piece: DataChunk) {
+        init(operation: ChannelOperation, id: Int, buffer: ReadBuffer?, piece: DataChunk) {
+            self.operation = operation
             self.id = id
             self.buffer = buffer
             self.piece = piece
@@ -179,7 +184,9 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
 
     var host: Host { Host(operation: self, fd: entry?.fd ?? -1) }
 
-    let lock = PlainLock()
+    /// The lock around `state`: a bare pthread mutex in its own block (one
+    /// allocation, where a `PlainLock` is two).
+    let lock = OperationLock()
     var state: Progress
     /// Waiting for read-buffer bytes (see ChannelOperation+Budget.swift).
     var budgetTicket: ReadBudget.Ticket?
@@ -202,6 +209,8 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
         self.state = Progress(direction: direction, isStream: isStream, settings: settings, options: options,
                               offset: offset, length: length, data: data)
     }
+
+    deinit { lock.destroy() }
 
     // MARK: - life cycle
 
@@ -300,8 +309,8 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
         case .poll(let id, let forReading):
             let io = state.slot(id)!.payload
             let events = UInt32(forReading ? POLLIN : POLLOUT)
-            let poll = IORequest(.poll(fd: entry!.fd, events: events), owner: io, mayBlock: true) { [self] res in
-                polled(io, res)
+            let poll = IORequest(.poll(fd: entry!.fd, events: events), owner: io, mayBlock: true) { [io] res in
+                io.operation.polled(io, res)
             }
             io.request = poll
             return poll
@@ -358,11 +367,35 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
             }
         }
         let request = IORequest(operation, owner: io, mayBlock: mayBlock, fixedBuffer: fixedBuffer,
-                                fixedFile: entry?.fixedFile) { [self] res in
-            completed(io, res)
+                                fixedFile: entry?.fixedFile) { [io] res in
+            io.operation.completed(io, res)
         }
         io.request = request
         return request
+    }
+
+    /// A pthread mutex the operation owns (`destroy` in its `deinit`).
+    struct OperationLock {
+        let mutex: UnsafeMutablePointer<pthread_mutex_t>
+
+        init() {
+            mutex = .allocate(capacity: 1)
+            pthread_mutex_init(mutex, nil)
+        }
+
+        func destroy() {
+            pthread_mutex_destroy(mutex)
+            mutex.deallocate()
+        }
+
+        @inline(__always) func lock() { pthread_mutex_lock(mutex) }
+        @inline(__always) func unlock() { pthread_mutex_unlock(mutex) }
+
+        @inline(__always) func withLock<R>(_ body: () throws -> R) rethrows -> R {
+            pthread_mutex_lock(mutex)
+            defer { pthread_mutex_unlock(mutex) }
+            return try body()
+        }
     }
 
     /// Requests to submit together; one needs no array.

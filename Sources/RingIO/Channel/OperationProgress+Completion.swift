@@ -116,7 +116,7 @@ extension OperationProgress {
         }
         if end != nil {
             // Later slots: past the end; their results are ignored.
-            while slots.popFirst() != nil {}
+            slots.removeAll()
             return .none
         }
         return deliverByWaterMarks(force: false)

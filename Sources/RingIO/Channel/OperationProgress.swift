@@ -218,7 +218,7 @@ struct OperationProgress<Payload: ProgressPayload> {
     var coalesced = false
     /// The slots open, in file order: in flight, or done early. Bounding
     /// them bounds the buffers, however the completions are ordered.
-    var slots = RingBuffer<Slot>(initialCapacity: 4)
+    var slots = InlineQueue<Slot>()
     /// The id the next slot gets.
     var nextSlotID = 0
     var issued = 0
@@ -232,7 +232,7 @@ struct OperationProgress<Payload: ProgressPayload> {
     /// handled (or, with `manualCredit`, released).
     var queuedBytes = 0
     var handledBytes = 0
-    var deliveries = RingBuffer<Delivery>(initialCapacity: 2)
+    var deliveries = InlineQueue<Delivery>()
     /// The handler runner is scheduled or running.
     var runnerActive = false
     /// A runner was scheduled on `queue` by a transition whose caller has
