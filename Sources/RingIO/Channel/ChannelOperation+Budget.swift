@@ -34,16 +34,16 @@ extension ChannelOperation: ReadBudgetWaiter {
     /// The bytes waited for are this operation's: the reads go on (or,
     /// if it has ended or been stopped since, the bytes go back).
     func readBudgetGranted(_ bytes: Int) {
-        let requests = lock.withLock { () -> [IORequest] in
-            budgetTicket = nil
-            budgetGranted = bytes
-            let requests = makeRequestsLocked()
-            if budgetGranted > 0 {
-                engine.readBudget.give(budgetGranted)
-                budgetGranted = 0
-            }
-            return requests
+        lock.lock()
+        budgetTicket = nil
+        budgetGranted = bytes
+        let fresh = state.issue(host: host)
+        let requests = requestsLocked(fresh)
+        if budgetGranted > 0 {
+            engine.readBudget.give(budgetGranted)
+            budgetGranted = 0
         }
+        lock.unlock()
         submit(requests)
     }
 }

@@ -51,16 +51,11 @@ struct OperationOptions: Sendable {
     var bufferLimit = ChannelOperation.maxBufferedBytes
 }
 
-/// One read or write of a channel: cuts its range into requests, keeps a
-/// bounded number in flight, puts the results back in file order and hands
-/// them to the handler by the water-mark and interval rules.
-///
-/// ```
-///   file:   |---- slot 0 ----|---- slot 1 ----|---- slot 2 ----|-- ...
-///            done, delivered   in flight        in flight       not issued
-///                          ▲
-///                          transferred (contiguous bytes done, in order)
-/// ```
+/// One read or write of a channel: the shell around its `OperationProgress`.
+/// It holds the one lock around the progress, turns the slots the progress
+/// opens into buffers and requests, and carries out what each transition
+/// returns once the lock is released: submits and cancels requests, runs
+/// the handler on `queue`, sets the file position, tells the entry.
 ///
 /// Positional operations (random channels, stream channels on regular files)
 /// keep up to `maxInFlight` requests of `chunkSize` bytes in flight at
@@ -71,13 +66,17 @@ struct OperationOptions: Sendable {
 /// Memory is bounded: no new read is issued while the bytes in flight plus
 /// the bytes delivered but not yet handled reach `maxBufferedBytes`, so a slow
 /// handler slows reading down.
-// @unchecked: the `let`s are immutable; every `var` is read and written only
-// with `lock` held, except `entry`, `channelBase` and `lane`, written once by
-// the channel before the operation is enqueued and only read afterwards, and
-// `ticket`, which belongs to the entry's lock. (The state is internal, not private,
-// only so that ChannelOperation+Completion.swift and +Direct.swift reach it.)
+///
+/// Every lock is taken and released in the same function; no handler, no
+/// request submission and no call into the entry happens with it held.
+// @unchecked: the `let`s are immutable; `state`, `budgetTicket`,
+// `budgetGranted` and the slots' `request`s are read and written only with
+// `lock` held, except `entry`, `channelBase` and `lane`, written once by the
+// channel before the operation is enqueued and only read afterwards, and
+// `ticket`, which belongs to the entry's lock.
 final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
-    enum Direction { case read, write }
+    typealias Direction = OperationDirection
+    typealias Progress = OperationProgress<SlotIO>
 
     /// A stream write on a regular file (not `O_APPEND`) that goes out as one
     /// request and has no interval: it may go out in one `pwritev` with the
@@ -112,8 +111,7 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
         return start % a != 0 || (start &+ Int64(length)) % a != 0
     }
 
-    static let maxInFlight = 4
-    static let maxDirectInFlight = 8
+    static var maxInFlight: Int { Progress.maxInFlight }
     static let maxBufferedBytes = 8 * IOChannel.chunkSize
 
     let direction: Direction
@@ -135,91 +133,61 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
     /// under the entry's lock (`EntryScheduler`).
     var ticket = SchedulerTicket()
 
-    enum End {
-        case complete, endOfFile, failed(Errno)
-    }
-
-    struct Delivery {
-        let done: Bool
-        let data: DataChunk?
-        let error: Errno?
-        let bytes: Int
-    }
-
-    /// One request's range and buffer, in file order.
-    // @unchecked: a slot is read and written only with its operation's lock
-    // held; its buffer's bytes only by the one request in flight on them.
-    final class Slot: @unchecked Sendable {
-        let start: Int
-        let size: Int
-        var done = 0
-        var complete = false
-        var endOfFile = false
-        var error: Errno?
-        var request: IORequest?
+    /// The kernel side of one slot: its buffer or bytes, and its request.
+    // @unchecked: `request` and `iovecs` are read and written only with the
+    // operation's lock held; the buffer's bytes only by the one request in
+    // flight on them (and before it is made, by the shell that fills it).
+    final class SlotIO: ProgressPayload, @unchecked Sendable {
+        /// Its operation: the completion's one capture is the slot (no
+        /// closure context to allocate). The cycle ends when the progress
+        /// lets go of the slot (taken in order, or past the end).
+        let operation: ChannelOperation
+        let id: Int
         /// Reads: where the bytes land. Direct writes: the aligned copy of
         /// the bytes (and of a read-modify-write's block).
         let buffer: ReadBuffer?
         /// Writes: the bytes of this slot (of the user's range).
         let piece: DataChunk
+        /// A direct write's partial block: where `piece` goes in `buffer`.
+        var mergeAt = 0
         var iovecs: UnsafeMutablePointer<iovec>?
-        /// A direct write's block is being read, for a read-modify-write.
-        var prefill = false
+        /// The request in flight (to cancel on a stop).
+        var request: IORequest?
 
-        init(start: Int, size: Int, buffer: ReadBuffer?, piece: DataChunk) {
-            self.start = start
-            self.size = size
+        init(operation: ChannelOperation, id: Int, buffer: ReadBuffer?, piece: DataChunk) {
+            self.operation = operation
+            self.id = id
             self.buffer = buffer
             self.piece = piece
         }
 
         deinit { iovecs?.deallocate() }
+
+        func chunk(range: Range<Int>) -> DataChunk { buffer!.chunk(range: range) }
     }
 
-    let lock = PlainLock()
-    var started = false
-    var stopped = false
-    var ioDone = false
-    /// It went out in a coalesced `pwritev` (`CoalescedWrite`), which
-    /// reports its result; a stop no longer reaches it.
-    var coalesced = false
-    var positional = false
-    /// A stream operation on a file read the position it starts at (and
-    /// moves it when it ends).
-    var positionTaken = false
-    var inFlightLimit = 1
-    var requestSize = IOChannel.chunkSize
-    /// Where the I/O range starts in the file.
-    var fileBase: Int64 = 0
-    /// Direct I/O: the alignment requests keep (`nil`: buffered). The I/O
-    /// range is then the user's range rounded out to it: `ioHead` bytes
-    /// before the user's first byte, `ioLength` bytes in all; slots and
-    /// `issued` count I/O bytes, `transferred` the user's bytes.
-    var direct: DirectAlignment?
-    var ioHead = 0
-    var ioLength = 0
-    /// Where the user's range ends, in I/O bytes (`Int.max` for "to EOF").
-    var userEnd = 0
-    /// A direct write read a block past the end of file: the length the
-    /// file must have afterwards.
-    var restoreLength: Int64?
-    /// A read cut at the largest file offset (`limitToLargestOffsetLocked`):
-    /// it ends there as at the end of the file.
-    var cutAtLargestOffset = false
-    /// A direct write with partial blocks: the file's length when it started
-    /// (a block wholly past it needs no read).
-    var lengthAtStart: Int64 = .max
-    var slots: [Slot] = []
-    var issued = 0
-    var transferred = 0
-    var inFlight = 0
-    var end: End?
-    var undelivered = DataChunk.empty
-    var writeDeliveredAt = 0
-    var queuedBytes = 0
-    var handledBytes = 0
-    var deliveries = RingBuffer<Delivery>(initialCapacity: 2)
-    var runnerActive = false
+    /// The progress's questions, answered from the fd and the engine. Used
+    /// only with `lock` held.
+    struct Host: OperationProgressHost {
+        let operation: ChannelOperation
+        let fd: Int32
+        func filePosition() -> Result<Int64, Errno> {
+            let position = lseek(fd, 0, SEEK_CUR)
+            return position < 0 ? .failure(Errno(rawValue: cliburing_errno())) : .success(Int64(position))
+        }
+        func fileLength() -> Int64? {
+            var st = stat()
+            return fstat(fd, &st) == 0 ? Int64(st.st_size) : nil
+        }
+        func makeSlot(_ slot: NewSlot) -> SlotIO? { operation.makeSlotLocked(slot) }
+    }
+
+    var host: Host { Host(operation: self, fd: entry?.fd ?? -1) }
+
+    /// The lock around `state`: a bare pthread mutex in its own block (one
+    /// allocation, where a `PlainLock` is two).
+    let lock = OperationLock()
+    var state: Progress
     /// Waiting for read-buffer bytes (see ChannelOperation+Budget.swift).
     var budgetTicket: ReadBudget.Ticket?
     var budgetGranted = 0
@@ -238,7 +206,11 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
         self.data = data
         self.options = options
         self.handler = handler
+        self.state = Progress(direction: direction, isStream: isStream, settings: settings, options: options,
+                              offset: offset, length: length, data: data)
     }
+
+    deinit { lock.destroy() }
 
     // MARK: - life cycle
 
@@ -253,182 +225,124 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
     /// Ends an operation that never reached an entry (closed or failed
     /// channel, empty range): its one and only handler call.
     func finishWithoutIO(_ error: Errno?) {
-        let schedule = lock.withLock { () -> Bool in
-            ioDone = true
-            started = true
-            switch direction {
-            case .read:
-                return enqueueLocked(Delivery(done: true, data: error == nil ? .empty : nil, error: error, bytes: 0))
-            case .write:
-                let rest: DataChunk? = error == nil ? nil : data
-                return enqueueLocked(Delivery(done: true, data: rest, error: error, bytes: 0))
-            }
-        }
-        if schedule { runInlineDeliveries() }
+        lock.lock()
+        let runner = state.finishWithoutIO(error)
+        lock.unlock()
+        run(runner)
     }
 
     /// The entry says it is this operation's turn.
     func start() {
         guard let entry else { return }
-        var requests: [IORequest] = []
-        var finishNow = false
+        let context = Progress.StartContext(positionalFile: entry.kind.isPositional, appendMode: entry.appendMode,
+                                            writeOnly: entry.writeOnly, directAlignment: entry.directAlignment,
+                                            channelBase: channelBase)
         lock.lock()
-        started = true
-        if stopped {
-            end = .failed(.canceled)
-        } else {
-            let random = !isStream
-            positional = random || (entry.kind.isPositional && !(direction == .write && entry.appendMode))
-            inFlightLimit = positional && entry.kind.isPositional ? Self.maxInFlight : 1
-            // Requests of the high-water mark, capped by the chunk size (and
-            // at least a page): a write reports its progress per request.
-            // (`isPipelinableWrite` relies on this size.)
-            requestSize = Swift.min(IOChannel.chunkSize, Swift.max(settings.high, 4096))
-            if random {
-                let (sum, overflow) = channelBase.addingReportingOverflow(userOffset)
-                if overflow || sum < 0 { end = .failed(.invalidArgument) } else { fileBase = sum }
-            } else if positional {
-                let position = lseek(entry.fd, 0, SEEK_CUR)
-                if position < 0 {
-                    end = .failed(Errno(rawValue: cliburing_errno()))
-                } else {
-                    fileBase = Int64(position)
-                    positionTaken = true
-                }
-            }
-            ioLength = length
-            userEnd = length
-            if end == nil {
-                let alignment = positional ? entry.directAlignment : nil
-                if let alignment {
-                    alignToBlocksLocked(alignment)
-                    // The device, not a copy, bounds a direct read: more
-                    // requests in flight keep it busy (fio's ceiling here
-                    // needs 8). Still within `bufferLimit`.
-                    if direction == .read && inFlightLimit > 1 { inFlightLimit = Self.maxDirectInFlight }
-                } else if settings.directIO == .required {
-                    end = .failed(.invalidArgument)
-                }
-                if end == nil && positional { limitToLargestOffsetLocked() }
-                if end == nil && entry.writeOnly && needsBlockReadLocked() {
-                    // The read-modify-write cannot read the block back: fail
-                    // before any byte is written, so that all of them are
-                    // truly unwritten.
-                    end = .failed(.badFileDescriptor)
-                }
-            }
-            if end == nil {
-                if let interval = settings.interval {
-                    IntervalTimers.shared.schedule(every: interval) { [weak self] in self?.tick() ?? false }
-                }
-                requests = makeRequestsLocked()
-            }
-        }
-        finishNow = end != nil && inFlight == 0
+        let actions = state.start(context, host: host)
+        let requests = requestsLocked(actions)
         lock.unlock()
-        if finishNow {
-            finishIO()
-        } else {
-            submit(requests)
+        if let interval = actions.interval {
+            IntervalTimers.shared.schedule(every: interval) { [weak self] in self?.tick() ?? false }
         }
+        carryOut(actions, requests)
     }
 
     /// `close(stop: true)`: cancels what is in flight; a queued operation
     /// ends at once with `.canceled`.
     func stop() {
-        let (wasStarted, inFlightRequests, finishNow) = lock.withLock { () -> (Bool, [IORequest], Bool) in
-            if stopped || ioDone { return (true, [], false) }
-            stopped = true
-            withdrawFromBudgetLocked()
-            if coalesced { return (true, [], false) }
-            // Nothing in flight (read-ahead waits for the handler): end now.
-            if started && inFlight == 0 && end == nil {
-                _ = advanceLocked()
-                return (true, [], end != nil)
+        var inFlight: [IORequest] = []
+        lock.lock()
+        let action = state.stop()
+        withdrawFromBudgetLocked()
+        if action == .cancelInFlight {
+            for i in 0..<state.slots.count {
+                if let request = state.slots[offset: i].payload.request { inFlight.append(request) }
             }
-            return (started, slots.compactMap { $0.request }, false)
         }
-        if finishNow {
+        lock.unlock()
+        switch action {
+        case .none:
+            break
+        case .finish:
             finishIO()
-            return
-        }
-        if !wasStarted, let entry, entry.removeIfPending(self) {
-            lock.withLock {
-                started = true
-                end = .failed(.canceled)
+        case .withdraw:
+            if let entry, entry.removeIfPending(self) {
+                lock.lock()
+                state.canceledBeforeStart()
+                lock.unlock()
+                finishIO(ranOnEntry: false)
             }
-            finishIO(ranOnEntry: false)
-            return
+        case .cancelInFlight:
+            for request in inFlight { engine.cancel(request) }
         }
-        for request in inFlightRequests { engine.cancel(request) }
     }
 
     /// Bytes requested from the file but not yet handled by the handler
     /// (for tests of the read-ahead bound).
-    var readAheadBytes: Int { lock.withLock { issued - handledBytes } }
+    var readAheadBytes: Int { lock.withLock { state.readAheadBytes } }
 
     // MARK: - requests
 
     var mayBlock: Bool { entry?.kind.mayBlock ?? false }
 
-    /// With the lock held: new requests while the limits allow.
-    func makeRequestsLocked() -> [IORequest] {
-        guard started, !stopped, end == nil, let entry else { return [] }
-        var out: [IORequest] = []
-        // `slots` holds every request not yet taken in file order, in flight
-        // or done early: bounding it bounds the buffers, however the
-        // completions are ordered.
-        while slots.count < inFlightLimit {
-            let remaining = ioLength - issued
-            if remaining <= 0 { break }
-            let size = nextSlotSizeLocked(remaining: remaining)
-            let slot: Slot
-            switch direction {
-            case .read:
-                if queuedBytes + slots.count * requestSize >= options.bufferLimit { return out }
-                let alignment = direct?.memory ?? 0
-                // Reads that may wait for a peer (pipes, sockets) stay out
-                // of the budget: idle ones must not starve file reads.
-                let footprint = mayBlock ? 0 : ReadBuffer.footprint(capacity: size, pool: BufferPool.shared,
-                                                                     alignment: alignment)
-                guard footprint == 0 || takeBudgetLocked(footprint) else { return out }
-                let buffer = ReadBuffer(capacity: size, pool: BufferPool.shared, alignment: alignment,
-                                        budget: engine.readBudget, charge: footprint)
-                slot = Slot(start: issued, size: size, buffer: buffer, piece: .empty)
-            case .write:
-                if let direct {
-                    slot = directWriteSlotLocked(start: issued, size: size, alignment: direct)
-                } else {
-                    slot = Slot(start: issued, size: size, buffer: nil, piece: data.subrange(issued..<(issued + size)))
-                }
-            }
-            issued += size
-            slots.append(slot)
-            out.append(makeRequestLocked(slot, fd: entry.fd))
-        }
-        return out
+    /// With the lock held: the requests of `actions` (`again`, then the
+    /// slots opened).
+    func requestsLocked(_ actions: Progress.Actions) -> Requests {
+        var requests = Requests()
+        if let again = actions.again { requests.append(requestLocked(again)) }
+        for id in actions.fresh { requests.append(requestLocked(for: id)) }
+        return requests
     }
 
-    /// With the lock held: the request for what is left of `slot`.
-    func makeRequestLocked(_ slot: Slot, fd: Int32) -> IORequest {
-        let offset: Int64 = positional ? fileBase + Int64(slot.start + slot.done) : -1
+    /// With the lock held: the requests for the slots `fresh` opened.
+    func requestsLocked(_ fresh: Range<Int>) -> Requests {
+        var requests = Requests()
+        for id in fresh { requests.append(requestLocked(for: id)) }
+        return requests
+    }
+
+    /// With the lock held: the request `again` asks for.
+    func requestLocked(_ again: Progress.Again) -> IORequest {
+        switch again {
+        case .rest(let id):
+            return requestLocked(for: id)
+        case .poll(let id, let forReading):
+            let io = state.slot(id)!.payload
+            let events = UInt32(forReading ? POLLIN : POLLOUT)
+            let poll = IORequest(.poll(fd: entry!.fd, events: events), owner: io, mayBlock: true) { [io] res in
+                io.operation.polled(io, res)
+            }
+            io.request = poll
+            return poll
+        case .readModifyWrite(let id, let read):
+            merge(state.slot(id)!.payload, read: read)
+            return requestLocked(for: id)
+        }
+    }
+
+    /// With the lock held: the request for what is left of slot `id`.
+    func requestLocked(for id: Int) -> IORequest {
+        let slot = state.slot(id)!
+        let io = slot.payload
+        let fd = entry!.fd
+        let (offset, range) = state.requestRange(of: id)!
         let operation: IORequest.Operation
         var fixedBuffer: RegisteredBuffer?
         if direction == .read || slot.prefill {
-            let buffer = slot.buffer!
-            operation = .read(fd: fd, buffer: UnsafeMutableRawBufferPointer(start: buffer.pointer + slot.done,
-                                                                             count: slot.size - slot.done),
+            let buffer = io.buffer!
+            operation = .read(fd: fd, buffer: UnsafeMutableRawBufferPointer(start: buffer.pointer + range.lowerBound,
+                                                                             count: range.count),
                               offset: offset)
             fixedBuffer = buffer.registered
+        } else if let buffer = io.buffer {
+            // Direct I/O: the aligned copy.
+            operation = .write(fd: fd, buffer: UnsafeRawBufferPointer(start: buffer.pointer + range.lowerBound,
+                                                                      count: range.count),
+                               offset: offset)
+            fixedBuffer = buffer.registered
         } else {
-            let rest = slot.done == 0 ? slot.piece : slot.piece.subrange(slot.done..<slot.size)
-            if let buffer = slot.buffer {
-                // Direct I/O: the aligned copy.
-                operation = .write(fd: fd, buffer: UnsafeRawBufferPointer(start: buffer.pointer + slot.done,
-                                                                          count: slot.size - slot.done),
-                                   offset: offset)
-                fixedBuffer = buffer.registered
-            } else if rest.regionCount == 1 {
+            let rest = range.lowerBound == 0 ? io.piece : io.piece.subrange(range)
+            if rest.regionCount == 1 {
                 var region = UnsafeRawBufferPointer(start: nil, count: 0)
                 rest.apply { _, _, bytes in
                     region = bytes
@@ -440,7 +354,7 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
                 fixedBuffer = rest.soleStorage?.registered
             } else {
                 let count = Swift.min(rest.regionCount, 1024 /* IOV_MAX */)
-                slot.iovecs?.deallocate()
+                io.iovecs?.deallocate()
                 let iovecs = UnsafeMutablePointer<iovec>.allocate(capacity: count)
                 var i = 0
                 rest.apply { _, _, bytes in
@@ -448,26 +362,74 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
                     i += 1
                     return i < count
                 }
-                slot.iovecs = iovecs
+                io.iovecs = iovecs
                 operation = .writev(fd: fd, iovecs: iovecs, count: count, offset: offset)
             }
         }
-        inFlight += 1
-        let request = IORequest(operation, owner: slot, mayBlock: mayBlock, fixedBuffer: fixedBuffer,
-                                fixedFile: entry?.fixedFile) { [self] res in
-            completed(slot, res)
+        let request = IORequest(operation, owner: io, mayBlock: mayBlock, fixedBuffer: fixedBuffer,
+                                fixedFile: entry?.fixedFile) { [io] res in
+            io.operation.completed(io, res)
         }
-        slot.request = request
+        io.request = request
         return request
     }
 
-    func submit(_ requests: [IORequest]) {
-        guard !requests.isEmpty else { return }
-        if requests.count == 1 { engine.submit(requests[0]) } else { engine.submit(contentsOf: requests) }
+    /// A pthread mutex the operation owns (`destroy` in its `deinit`).
+    struct OperationLock {
+        let mutex: UnsafeMutablePointer<pthread_mutex_t>
+
+        init() {
+            mutex = .allocate(capacity: 1)
+            pthread_mutex_init(mutex, nil)
+        }
+
+        func destroy() {
+            pthread_mutex_destroy(mutex)
+            mutex.deallocate()
+        }
+
+        @inline(__always) func lock() { pthread_mutex_lock(mutex) }
+        @inline(__always) func unlock() { pthread_mutex_unlock(mutex) }
+
+        @inline(__always) func withLock<R>(_ body: () throws -> R) rethrows -> R {
+            pthread_mutex_lock(mutex)
+            defer { pthread_mutex_unlock(mutex) }
+            return try body()
+        }
+    }
+
+    /// Requests to submit together; one needs no array.
+    struct Requests {
+        var one: IORequest?
+        var more: [IORequest] = []
+
+        mutating func append(_ request: IORequest) {
+            if let one {
+                more = [one, request]
+                self.one = nil
+            } else if more.isEmpty {
+                one = request
+            } else {
+                more.append(request)
+            }
+        }
+
+        var isEmpty: Bool { one == nil && more.isEmpty }
+    }
+
+    func submit(_ requests: Requests) {
+        if let one = requests.one {
+            engine.submit(one)
+        } else if !requests.more.isEmpty {
+            engine.submit(contentsOf: requests.more)
+        } else {
+            return
+        }
         // A stop that came between making and submitting them found them
         // not yet in the engine: cancel them again now that they are.
-        if lock.withLock({ stopped }) {
-            for r in requests { engine.cancel(r) }
+        if lock.withLock({ state.stopped }) {
+            if let one = requests.one { engine.cancel(one) }
+            for r in requests.more { engine.cancel(r) }
         }
     }
 }

@@ -165,12 +165,7 @@ extension ChannelOperation {
     /// The entry put this write in a coalesced `pwritev`: false if it was
     /// stopped first (it is left out, and reports all its bytes unwritten).
     func beginCoalesced() -> Bool {
-        lock.withLock {
-            started = true
-            positional = true
-            coalesced = !stopped
-            return coalesced
-        }
+        lock.withLock { state.beginCoalesced() }
     }
 
     /// This write's share of its coalesced `pwritev`: ends its I/O and queues
@@ -179,19 +174,11 @@ extension ChannelOperation {
     /// no lock.
     func finishCoalesced(_ outcome: CoalescedWrite.Outcome) -> Bool {
         lock.withLock {
-            ioDone = true
             switch outcome {
-            case .written:
-                transferred = length
-                end = .complete
-            case .cut(let bytes, let error):
-                transferred = bytes
-                end = .failed(error)
-            case .untouched(let error):
-                transferred = 0
-                end = .failed(error)
+            case .written: state.finishCoalesced(written: length, error: nil)
+            case .cut(let bytes, let error): state.finishCoalesced(written: bytes, error: error)
+            case .untouched(let error): state.finishCoalesced(written: 0, error: error)
             }
         }
-        return queueFinalDeliveries(deferRunner: true)
     }
 }

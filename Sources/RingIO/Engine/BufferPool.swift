@@ -91,10 +91,10 @@ package final class BufferPool: Sendable {
     }
 }
 
-/// A read buffer: a pooled buffer, or an exactly sized allocation for a small
-/// request. It is itself the storage of the chunk its bytes become (a
+/// A read buffer: a pooled buffer, a reused 4 KiB block (`SmallBlocks`), or
+/// an exactly sized allocation for a small request. It is itself the storage of the chunk its bytes become (a
 /// `RegionStorage`: no second object per read), and gives its bytes back, to
-/// the pool or to `free`, when the last region referring to it is gone.
+/// the pool, to `SmallBlocks` or to `free`, when the last region referring to it is gone.
 // @unchecked: the bytes are written only by the one request in flight on
 // them, before any chunk refers to them; a chunk is made only after that
 // request's completion, which the operation observes under its lock. After
@@ -109,6 +109,8 @@ package final class ReadBuffer: RegionStorage, @unchecked Sendable {
     /// its bytes are handed on as a chunk, or when it is freed unused.
     private let budget: ReadBudget?
     private let charge: Atomic<Int>
+    /// The bytes are a `SmallBlocks` block.
+    private let small: Bool
 
     /// Whether a buffer for `capacity` bytes comes from `pool` (see `init`).
     package static func usesPool(capacity: Int, pool: BufferPool?, alignment: Int) -> Bool {
@@ -119,11 +121,13 @@ package final class ReadBuffer: RegionStorage, @unchecked Sendable {
     /// The bytes a buffer for `capacity` bytes allocates: what it takes
     /// from a `ReadBudget`.
     package static func footprint(capacity: Int, pool: BufferPool?, alignment: Int) -> Int {
-        usesPool(capacity: capacity, pool: pool, alignment: alignment) ? pool!.bufferSize : Swift.max(capacity, 1)
+        if usesPool(capacity: capacity, pool: pool, alignment: alignment) { return pool!.bufferSize }
+        return SmallBlocks.fits(capacity: capacity, alignment: alignment) ? SmallBlocks.size : Swift.max(capacity, 1)
     }
 
     /// A request of at least an eighth of the pool's buffer size reads into
-    /// a pooled buffer (already faulted in, perhaps registered); a smaller one
+    /// a pooled buffer (already faulted in, perhaps registered); one of at most
+    /// 4 KiB with no alignment into a reused `SmallBlocks` block; any other
     /// into an exactly sized allocation (`alignment`: for direct I/O; the
     /// pool's buffers are page-aligned). `charge`: bytes taken from `budget`
     /// for it.
@@ -135,6 +139,7 @@ package final class ReadBuffer: RegionStorage, @unchecked Sendable {
             taken = pool.take()
         }
         self.pool = taken == nil ? nil : pool
+        small = taken == nil && SmallBlocks.fits(capacity: capacity, alignment: alignment)
         let pointer: UnsafeMutableRawPointer
         if let (p, slot) = taken {
             pointer = p
@@ -145,6 +150,9 @@ package final class ReadBuffer: RegionStorage, @unchecked Sendable {
             precondition(rc == 0 && p != nil, "RingIO: out of memory allocating a \(capacity)-byte buffer")
             pointer = p!
             registered = nil
+        } else if small {
+            pointer = SmallBlocks.take()
+            registered = nil
         } else {
             pointer = malloc(Swift.max(capacity, 1))!
             registered = nil
@@ -154,7 +162,13 @@ package final class ReadBuffer: RegionStorage, @unchecked Sendable {
 
     deinit {
         let pointer = UnsafeMutableRawPointer(mutating: bytes.baseAddress!)
-        if let pool { pool.give(pointer, slot: registered?.index ?? -1) } else { free(pointer) }
+        if let pool {
+            pool.give(pointer, slot: registered?.index ?? -1)
+        } else if small {
+            SmallBlocks.give(pointer)
+        } else {
+            free(pointer)
+        }
         releaseBudget()
     }
 
@@ -187,5 +201,39 @@ package final class ReadBuffer: RegionStorage, @unchecked Sendable {
                                                              count: range.count))
         }
         return DataChunk(storage: self, range: range)
+    }
+}
+
+/// Blocks of `size` bytes for the small reads that do not use a pool buffer
+/// (a 4 KiB random read, say), kept for reuse: such a read then allocates no
+/// bytes. At most `maximumIdle` idle blocks are kept (256 KiB); a block is
+/// given back when the last chunk referring to its `ReadBuffer` is gone.
+package enum SmallBlocks {
+    package static let size = 4096
+    static let maximumIdle = 64
+    private static let idle = Locked<[UnsafeMutableRawPointer]>({
+        var blocks: [UnsafeMutableRawPointer] = []
+        blocks.reserveCapacity(maximumIdle)
+        return blocks
+    }())
+
+    /// Whether a buffer for `capacity` bytes with no alignment asked for is
+    /// one of these blocks (malloc aligns them to 16 bytes).
+    package static func fits(capacity: Int, alignment: Int) -> Bool {
+        alignment == 0 && capacity <= size
+    }
+
+    static func take() -> UnsafeMutableRawPointer {
+        if let block = idle.withLock({ $0.popLast() }) { return block }
+        return malloc(size)!
+    }
+
+    static func give(_ block: UnsafeMutableRawPointer) {
+        let kept = idle.withLock { blocks -> Bool in
+            guard blocks.count < maximumIdle else { return false }
+            blocks.append(block)
+            return true
+        }
+        if !kept { free(block) }
     }
 }
