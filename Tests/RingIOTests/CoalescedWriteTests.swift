@@ -60,7 +60,7 @@ struct CoalescedWriteTests {
         var description: String { after.map { "ENOSPC after \($0) bytes" } ?? "ENOSPC at once" }
     }
 
-    static let piece = 200 * KiB
+    static let piece = 100 * KiB
     static let fills: [Fill] = [
         // Inside the third write (in the first of its two regions).
         Fill(after: 2 * piece + 50 * KiB,
@@ -75,7 +75,7 @@ struct CoalescedWriteTests {
     ]
 
     /// `count` writes of `piece` bytes (two regions each; default: eight of
-    /// 200 KiB, one run) queued at once. Returns the recorders, the pieces,
+    /// 100 KiB, one run) queued at once. Returns the recorders, the pieces,
     /// the channel and the fd.
     static func queueRun(_ engine: IOEngine, _ dir: TemporaryDirectory, queue: IOQueue, count: Int = 8,
                          piece: Int = piece) throws -> ([Recorder], [[UInt8]], IOChannel, FileDescriptor) {
@@ -146,7 +146,7 @@ struct CoalescedWriteTests {
     func failureWithTwoRunsInFlight(backend: IOEngine.Backend, failing: FailingRun) throws {
         let engine = try makeEngine(backend)
         let dir = TemporaryDirectory()
-        // Sixteen writes of 512 KiB: two full runs of 4 MiB, both sent at
+        // Writes of 512 KiB: two full runs, both sent at
         // once; the requests reach the fault rules in the order they went out.
         let count = 2 * EntryScheduler<ChannelOperation, FDEntry.Barrier, FDEntry.Cleanup, CoalescedWrite>
             .maxCoalescedBytes / (512 * KiB)
@@ -192,8 +192,8 @@ struct CoalescedWriteTests {
     func shortWritesInRun(backend: IOEngine.Backend) throws {
         let engine = try makeEngine(backend)
         let dir = TemporaryDirectory()
-        // Each request of the run moves at most 300 KiB: 1.6 MiB takes six.
-        engine.faults.add(.init(target: .writes, fault: .shortenWrite(to: 300 * KiB)))
+        // Each request of the run moves at most 100 KiB: 800 KiB takes eight.
+        engine.faults.add(.init(target: .writes, fault: .shortenWrite(to: 100 * KiB)))
         let queue = IOQueue(label: "coalesced-short")
         let (recorders, pieces, channel, fd) = try Self.queueRun(engine, dir, queue: queue)
         defer { try? fd.close() }

@@ -380,27 +380,28 @@ struct EntrySchedulerTests {
     @Test("full runs go out behind each other, up to maxRunsInFlight, and are released in order whatever order they end in")
     func runsInFlightReleasedInOrder() {
         let half = Int64(Scheduler.maxCoalescedBytes / 2)
-        var d = Self.pipelined(12)
-        #expect(Scheduler.maxRunsInFlight == 4)
-        #expect(d.runNames == [["a1", "a2"], ["a3", "a4"], ["a5", "a6"], ["a7", "a8"]])
-        let offsets: [Int64] = [100, 100 + 2 * half, 100 + 4 * half, 100 + 6 * half]
-        #expect(d.runOffsets == offsets)
-        #expect(d.scheduler.runsInFlight == 4)
+        let n = Scheduler.maxRunsInFlight
+        #expect(n >= 2)
+        var d = Self.pipelined(2 * n + 4)
+        let names = (0..<(n + 2)).map { ["a\(2 * $0 + 1)", "a\(2 * $0 + 2)"] }
+        let offsets = (0..<(n + 2)).map { 100 + 2 * half * Int64($0) }
+        #expect(d.runNames == Array(names.prefix(n)))
+        #expect(d.runOffsets == Array(offsets.prefix(n)))
+        #expect(d.scheduler.runsInFlight == n)
         // The second ends first: it is held, nothing is released or starts.
-        d.finishRun(["a3", "a4"])
-        #expect(d.released.isEmpty && d.runs.count == 4)
+        d.finishRun(names[1])
+        #expect(d.released.isEmpty && d.runs.count == n)
         #expect(d.op(named: "a3").ticket.state == .running)
         // The first ends: both are released, in order, and two more runs go out.
-        d.finishRun(["a1", "a2"])
+        d.finishRun(names[0])
         #expect(d.released.map(\.run) == ["a1+a2", "a3+a4"])
-        let positions: [Int64?] = [100 + 2 * half, 100 + 4 * half]
+        let positions: [Int64?] = [offsets[1], offsets[2]]
         #expect(d.released.map(\.position) == positions)
-        #expect(Array(d.runNames.suffix(2)) == [["a9", "a10"], ["a11", "a12"]])
-        let more: [Int64] = [100 + 8 * half, 100 + 10 * half]
-        #expect(Array(d.runOffsets.suffix(2)) == more)
-        for run in [["a5", "a6"], ["a7", "a8"], ["a9", "a10"], ["a11", "a12"]] { d.finishRun(run) }
-        let last: Int64 = 100 + 12 * half
-        #expect(d.released.last?.position == last)
+        #expect(d.runNames == names)
+        #expect(d.runOffsets == offsets)
+        for run in names[2...] { d.finishRun(run) }
+        let end: Int64 = 100 + 2 * half * Int64(n + 2)
+        #expect(d.released.last?.position == end)
         #expect(d.scheduler.running == 0 && d.scheduler.queued == 0 && d.scheduler.handlersOutstanding == 0)
         #expect(d.scheduler.runsInFlight == 0)
     }
@@ -428,29 +429,32 @@ struct EntrySchedulerTests {
     @Test("a run that stops short ends the pipelining; the runs behind it report what they wrote, where they wrote it")
     func shortRunInPipeline() {
         let half = Int64(Scheduler.maxCoalescedBytes / 2)
-        var d = Self.pipelined(10)
-        #expect(d.runs.count == 4)
+        let n = Scheduler.maxRunsInFlight
+        #expect(n >= 4)
+        var d = Self.pipelined(2 * n + 2)
+        let names = (0...n).map { ["a\(2 * $0 + 1)", "a\(2 * $0 + 2)"] }
+        let ends = (0...n).map { 100 + 2 * half * Int64($0 + 1) }
+        #expect(d.runs.count == n)
         // The first stops inside its second write: released at once, the
         // position where its bytes end; no further run goes out.
-        d.finishRun(["a1", "a2"], intact: false, written: Int(half) + 10)
+        d.finishRun(names[0], intact: false, written: Int(half) + 10)
         let cut: Int64 = 100 + half + 10
         #expect(d.released.map(\.position) == [cut])
-        #expect(d.runs.count == 4 && d.scheduler.runsInFlight == 3)
-        // The others end out of order: the fourth wrote nothing, the third
-        // all, the second nothing.
-        d.finishRun(["a7", "a8"], intact: false, written: 0)
-        d.finishRun(["a5", "a6"])
+        #expect(d.runs.count == n && d.scheduler.runsInFlight == n - 1)
+        // The others end last first: the last wrote nothing, the ones
+        // between all they carried, the second nothing.
+        d.finishRun(names[n - 1], intact: false, written: 0)
+        for k in stride(from: n - 2, through: 2, by: -1) { d.finishRun(names[k]) }
         #expect(d.released.count == 1)
-        d.finishRun(["a3", "a4"], intact: false, written: 0)
-        // The second wrote nothing: the position stays; the third wrote at its
-        // offset: it moves there; the fourth wrote nothing: it stays.
-        #expect(d.released.map(\.run) == ["a1+a2", "a3+a4", "a5+a6", "a7+a8"])
-        let positions: [Int64?] = [cut, nil, 100 + 6 * half, nil]
+        d.finishRun(names[1], intact: false, written: 0)
+        // The second wrote nothing: the position stays; those that wrote
+        // move it where their bytes end; the last wrote nothing: it stays.
+        #expect(d.released.map(\.run) == names.prefix(n).map { $0.joined(separator: "+") })
+        let positions: [Int64?] = [cut, nil] + ends[2..<(n - 1)].map { $0 } + [nil]
         #expect(d.released.map(\.position) == positions)
         // All released: the rest goes out from the file position again.
-        let resumed: Int64 = 100 + 6 * half
-        #expect(d.runNames.last == ["a9", "a10"] && d.runOffsets.last == resumed)
-        d.finishRun(["a9", "a10"])
+        #expect(d.runNames.last == names[n] && d.runOffsets.last == ends[n - 2])
+        d.finishRun(names[n])
         #expect(d.scheduler.running == 0 && d.scheduler.queued == 0 && d.scheduler.handlersOutstanding == 0)
     }
 

@@ -114,9 +114,9 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     /// The most bytes one coalesced `pwritev` carries (a lone write may be
     /// larger). Big enough that the per-request cost vanishes; small enough
     /// that the writes queued behind it wait little.
-    static var maxCoalescedBytes: Int { 4 << 20 }
+    static var maxCoalescedBytes: Int { 1 << 20 }
     /// The most runs of one lane in flight at once.
-    static var maxRunsInFlight: Int { 4 }
+    static var maxRunsInFlight: Int { 8 }
 
     /// A run whose `pwritev` went out, until it is released.
     private struct RunInFlight {
