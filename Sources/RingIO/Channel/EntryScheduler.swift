@@ -81,26 +81,21 @@ protocol EntrySchedulerHost<Operation> {
 /// `maxCoalescedRegions` iovecs and `maxCoalescedBytes`, and they end
 /// together (`coalescedWritesEnded`). A lone one starts as any operation.
 ///
-/// Up to `maxRunsInFlight` runs go out at once, each at the offset where the
-/// one before it ends, so that the kernel goes from one to the next without
-/// waiting for the ring thread. They are released in the order they went
-/// out, whatever order they end in (`coalescedWritesEnded` returns the runs
-/// released, each with the file position to set):
+/// Up to `maxRunsInFlight` runs go out at once, each where the one before
+/// ends (the kernel goes from one to the next without the ring thread), and
+/// are released in that order, whatever order they end in:
 ///
 /// ```
-///   position ─▶ | run 1 (4 MiB) | run 2 (4 MiB) | run 3 ...      all in flight
-///   ends:         run 2 ─────────────────────▶ held until run 1 ends
-///   releases:     run 1, run 2 (in order), each setting the position at its end
+///   position ─▶ | run 1 (1 MiB) | run 2 (1 MiB) | run 3 ...    all in flight
+///   run 2 ends first: held; run 1 ends: both released, each setting the position
 /// ```
 ///
-/// A further run goes out only when it is full (or closed by something that
-/// cannot join it, or a barrier behind it): writes that trickle in wait, and
-/// join the next run. A run that stops short (`intact: false`) ends the
-/// pipelining: no run starts until those in flight are released. The runs
-/// already in flight behind it report what they wrote, at their own offsets
-/// (bytes that reached the file are never reported unwritten); one that
-/// wrote nothing there leaves the position where the short run left it.
-/// `Run` is the shell's object for a run, handed back when it is released.
+/// A further run goes out only when full (or closed by a write that cannot
+/// join it, or a barrier): writes that trickle in wait for the next. A run
+/// that stops short ends the pipelining until those in flight are released;
+/// they report what they wrote at their own offsets (bytes that reached the
+/// file are never reported unwritten), and one that wrote nothing leaves the
+/// position where the short run left it. `Run`: the shell's run object.
 struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     enum Item {
         case operation(Operation)
