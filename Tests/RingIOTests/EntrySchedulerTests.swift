@@ -406,6 +406,22 @@ struct EntrySchedulerTests {
         #expect(d.scheduler.runsInFlight == 0)
     }
 
+    @Test("reads to the end of the file (length Int.max) wait in the lane beside writes without overflowing its counts")
+    func endlessReadsInLane() {
+        var d = Driver()
+        let r1 = d.stream("r1", length: Int.max)
+        d.stream("r2", length: Int.max)
+        d.stream("w1", write: true, pipelinable: true, length: 100)
+        d.stream("r3", length: Int.max)
+        #expect(d.started == ["r1"])
+        d.finish(r1)
+        d.finish(d.op(named: "r2"))
+        d.finish(d.op(named: "w1"))
+        d.finish(d.op(named: "r3"))
+        #expect(d.started == ["r1", "r2", "w1", "r3"])
+        #expect(d.scheduler.running == 0 && d.scheduler.queued == 0 && d.scheduler.handlersOutstanding == 0)
+    }
+
     @Test("behind a run in flight, writes that trickle in wait to fill a run; a barrier closes it and it goes out")
     func trickleWaitsForFullRun() {
         var d = Driver()

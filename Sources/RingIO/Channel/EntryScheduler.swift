@@ -166,8 +166,9 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     private var runBroken = false
     /// A run released since the runs in flight were last empty stopped short.
     private var releasedBroken = false
-    /// Bytes, iovecs and non-pipelinable operations waiting in lane 0
-    /// (withdrawn ones included): whether a full run waits there, in O(1).
+    /// Bytes and iovecs of the pipelinable writes waiting in lane 0, and the
+    /// other operations there (withdrawn ones included): whether a full run
+    /// waits there, in O(1).
     private var lane0Bytes = 0
     private var lane0Regions = 0
     private var lane0Blockers = 0
@@ -367,9 +368,12 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
                             laneEnd = host.filePosition().map { $0 &+ Int64(ticket.length) }
                         }
                         lane0.append(operation)
-                        lane0Bytes += ticket.length
-                        lane0Regions += ticket.regions
-                        if !ticket.pipelinable { lane0Blockers += 1 }
+                        if ticket.pipelinable {  // (a read's length may be Int.max)
+                            lane0Bytes += ticket.length
+                            lane0Regions += ticket.regions
+                        } else {
+                            lane0Blockers += 1
+                        }
                     } else {
                         lane1.append(operation)
                     }
@@ -396,9 +400,12 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     private mutating func popHead(_ lane: Int) {
         if lane == 0 {
             guard let operation = lane0.popFirst() else { return }
-            lane0Bytes -= operation.ticket.length
-            lane0Regions -= operation.ticket.regions
-            if !operation.ticket.pipelinable { lane0Blockers -= 1 }
+            if operation.ticket.pipelinable {
+                lane0Bytes -= operation.ticket.length
+                lane0Regions -= operation.ticket.regions
+            } else {
+                lane0Blockers -= 1
+            }
         } else {
             _ = lane1.popFirst()
         }
