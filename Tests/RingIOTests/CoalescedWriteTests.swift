@@ -60,7 +60,7 @@ struct CoalescedWriteTests {
         var description: String { after.map { "ENOSPC after \($0) bytes" } ?? "ENOSPC at once" }
     }
 
-    static let piece = 200 * KiB
+    static let piece = 100 * KiB
     static let fills: [Fill] = [
         // Inside the third write (in the first of its two regions).
         Fill(after: 2 * piece + 50 * KiB,
@@ -74,20 +74,21 @@ struct CoalescedWriteTests {
              expected: [Shape(true, piece, .noSpace)] + Array(repeating: Shape(true, piece, .canceled), count: 7)),
     ]
 
-    /// Eight 200 KiB writes (two regions each) queued at once: they go out as
-    /// one run. Returns the recorders, the pieces, the channel and the fd.
-    static func queueRun(_ engine: IOEngine, _ dir: TemporaryDirectory, queue: IOQueue)
-        throws -> ([Recorder], [[UInt8]], IOChannel, FileDescriptor) {
+    /// `count` writes of `piece` bytes (two regions each; default: eight of
+    /// 100 KiB, one run) queued at once. Returns the recorders, the pieces,
+    /// the channel and the fd.
+    static func queueRun(_ engine: IOEngine, _ dir: TemporaryDirectory, queue: IOQueue, count: Int = 8,
+                         piece: Int = piece) throws -> ([Recorder], [[UInt8]], IOChannel, FileDescriptor) {
         let fd = try FileDescriptor.open(FilePath(dir.file("out")), .readWrite, options: [.create, .closeOnExec],
                                          permissions: [.ownerReadWrite])
         let channel = IOChannel(kind: .stream, fileDescriptor: fd, queue: queue, engine: engine)
-        let pieces = (0..<8).map { randomBytes(piece, seed: 40 + UInt64($0)) }
+        let pieces = (0..<count).map { randomBytes(piece, seed: 40 + UInt64($0)) }
         let recorders = pieces.map { _ in Recorder(queue: queue) }
         // Queued while a barrier runs: all are admitted together when it returns.
         let queued = Latch()
         channel.barrier {
             for (bytes, r) in zip(pieces, recorders) {
-                let data = DataChunk(bytes[..<(100 * KiB)]).concat(DataChunk(bytes[(100 * KiB)...]))
+                let data = DataChunk(bytes[..<(piece / 2)]).concat(DataChunk(bytes[(piece / 2)...]))
                 channel.write(data: data, queue: queue, handler: r.handler)
             }
             queued.signal()
@@ -134,13 +135,65 @@ struct CoalescedWriteTests {
         #expect(try readFile(dir.file("out")) == expected + tail)
     }
 
+    /// Which of two full runs in flight fails at once with ENOSPC.
+    enum FailingRun: Int, Sendable, CaseIterable, CustomStringConvertible {
+        case first = 0, second = 1
+        var description: String { self == .first ? "the first run fails" : "the second run fails" }
+    }
+
+    @Test("two full runs in flight, one fails at once: each write reports the bytes it wrote where it wrote them",
+          arguments: allBackends, FailingRun.allCases)
+    func failureWithTwoRunsInFlight(backend: IOEngine.Backend, failing: FailingRun) throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        // Writes of 512 KiB: two full runs, both sent at
+        // once; the requests reach the fault rules in the order they went out.
+        let count = 2 * EntryScheduler<ChannelOperation, FDEntry.Barrier, FDEntry.Cleanup, CoalescedWrite>
+            .maxCoalescedBytes / (512 * KiB)
+        engine.faults.add(.init(target: .writes, fault: .fail(ENOSPC), skip: failing.rawValue, times: 1))
+        let queue = IOQueue(label: "coalesced-two-runs")
+        let (recorders, pieces, channel, fd) = try Self.queueRun(engine, dir, queue: queue, count: count,
+                                                                 piece: 512 * KiB)
+        defer { try? fd.close() }
+        for r in recorders { #expect(r.wait()) }
+        for (i, r) in recorders.enumerated() { InjectedFaultTests.expectWellFormed(r, "write \(i)") }
+        let half = count / 2
+        let failed = [Shape(true, 512 * KiB, .noSpace)] + Array(repeating: Shape(true, 512 * KiB, .canceled),
+                                                                count: half - 1)
+        let whole = Array(repeating: Shape(true, nil, nil), count: half)
+        let shapes = recorders.map { $0.calls.last!.shape }
+        #expect(shapes == (failing == .first ? failed + whole : whole + failed))
+        let runBytes = half * 512 * KiB
+        let onDisk = try readFile(dir.file("out"))
+        let expected: [UInt8]
+        if failing == .first {
+            // The second run was in flight and wrote at its own offset: its
+            // writes report success; the first run's bytes are not on disk
+            // (a hole), and the position is where the second run ends.
+            expected = Array(repeating: 0, count: runBytes) + pieces[half...].flatMap { $0 }
+        } else {
+            // The second wrote nothing: the position stays where the first ends.
+            expected = pieces[..<half].flatMap { $0 }
+        }
+        #expect(onDisk.count == expected.count)
+        #expect(onDisk == expected, "the file holds exactly the bytes reported written, where they were written")
+        #expect(positionInBarrier(of: channel, fd) == Int64(expected.count))
+        let tail = randomBytes(1000, seed: 60)
+        let next = Recorder(queue: queue)
+        channel.write(data: DataChunk(tail), queue: queue, handler: next.handler)
+        #expect(next.wait())
+        #expect(next.settledShapes() == [Shape(true, nil, nil)])
+        channel.close()
+        #expect(try readFile(dir.file("out")) == expected + tail)
+    }
+
     @Test("short writes in a run (no error): the run goes on from where each stopped, every write succeeds",
           arguments: allBackends)
     func shortWritesInRun(backend: IOEngine.Backend) throws {
         let engine = try makeEngine(backend)
         let dir = TemporaryDirectory()
-        // Each request of the run moves at most 300 KiB: 1.6 MiB takes six.
-        engine.faults.add(.init(target: .writes, fault: .shortenWrite(to: 300 * KiB)))
+        // Each request of the run moves at most 100 KiB: 800 KiB takes eight.
+        engine.faults.add(.init(target: .writes, fault: .shortenWrite(to: 100 * KiB)))
         let queue = IOQueue(label: "coalesced-short")
         let (recorders, pieces, channel, fd) = try Self.queueRun(engine, dir, queue: queue)
         defer { try? fd.close() }

@@ -35,7 +35,8 @@ private struct FakeHost: EntrySchedulerHost {
     func mayCoalesce(_ operation: FakeOp) -> Bool { !notCoalescable.contains(operation.name) }
 }
 
-private typealias Scheduler = EntryScheduler<FakeOp, String, String>
+/// Runs are named by their writes' names, joined with "+".
+private typealias Scheduler = EntryScheduler<FakeOp, String, String, String>
 
 /// Drives an `EntryScheduler` the way `FDEntry` does, recording what starts.
 private struct Driver {
@@ -46,6 +47,8 @@ private struct Driver {
     var cleanups: [String] = []
     /// The coalesced runs started: their writes and offset.
     var runs: [(names: [String], offset: Int64)] = []
+    /// The runs released, in order, with the position each set (`nil`: left).
+    var released: [(run: String, position: Int64?)] = []
 
     mutating func note(_ items: [Scheduler.Item]) {
         for item in items {
@@ -76,12 +79,22 @@ private struct Driver {
         return op
     }
 
-    /// The writes of a coalesced run end (`intact`: every byte written),
-    /// then their last handler calls return.
-    mutating func finishRun(_ names: [String], intact: Bool = true) {
+    /// The writes of a coalesced run end (`intact`: every byte written;
+    /// `written`: default, all of them), then the last handler calls of the
+    /// runs released return (the shell sets the position each says).
+    mutating func finishRun(_ names: [String], intact: Bool = true, written: Int? = nil) {
         let ops = names.map { op(named: $0) }
-        note(scheduler.coalescedWritesEnded(ops, intact: intact, host: host))
-        for _ in ops { cleanups += scheduler.handlersReturned() ?? [] }
+        let bytes = written ?? ops.reduce(0) { $0 + $1.ticket.length }
+        let released = scheduler.coalescedWritesEnded(names.joined(separator: "+"), operations: ops,
+                                                      written: bytes, intact: intact)
+        for run in released {
+            self.released.append((run.run, run.position))
+            if let position = run.position { host.position = position }
+        }
+        if !released.isEmpty { note(scheduler.runsReleased(host: host)) }
+        for run in released {
+            for _ in run.run.split(separator: "+") { cleanups += scheduler.handlersReturned() ?? [] }
+        }
     }
 
     @discardableResult
@@ -253,7 +266,7 @@ struct EntrySchedulerTests {
         #expect(d.scheduler.running == 0 && d.scheduler.queued == 0 && d.scheduler.handlersOutstanding == 0)
     }
 
-    @Test("a run holds at most maxCoalescedRegions iovecs and maxCoalescedBytes; the rest follows in the next run")
+    @Test("a run holds at most maxCoalescedRegions iovecs and maxCoalescedBytes; the rest follows in the next runs, at their ends")
     func coalescedLimits() {
         var d = Driver()
         let w0 = d.stream("w0", write: true, pipelinable: true)
@@ -261,12 +274,18 @@ struct EntrySchedulerTests {
         for i in 1...6 { d.stream("r\(i)", write: true, pipelinable: true, length: 10, regions: regions) }
         let big = Scheduler.maxCoalescedBytes / 2
         for i in 1...3 { d.stream("b\(i)", write: true, pipelinable: true, length: big) }
+        d.host.position = 4096
         d.finish(w0)
-        #expect(d.runNames == [["r1", "r2", "r3", "r4"]])
+        // Full runs go out behind each other, each where the one before ends.
+        #expect(d.runNames == [["r1", "r2", "r3", "r4"], ["r5", "r6", "b1"], ["b2", "b3"]])
+        let offsets: [Int64] = [4096, 4136, 4156 + Int64(big)]
+        #expect(d.runOffsets == offsets)
         d.finishRun(["r1", "r2", "r3", "r4"])
-        #expect(d.runs.last?.names == ["r5", "r6", "b1"])
         d.finishRun(["r5", "r6", "b1"])
-        #expect(d.runs.last?.names == ["b2", "b3"])
+        d.finishRun(["b2", "b3"])
+        let positions: [Int64?] = [4136, 4156 + Int64(big), 4156 + 3 * Int64(big)]
+        #expect(d.released.map(\.position) == positions)
+        #expect(d.scheduler.running == 0 && d.scheduler.queued == 0 && d.scheduler.handlersOutstanding == 0)
     }
 
     @Test("an operation that is not a pipelinable write, or may not be coalesced, splits the runs; withdrawn writes are left out")
@@ -338,13 +357,121 @@ struct EntrySchedulerTests {
         d.stream("w3", write: true, pipelinable: true, length: 4096)
         #expect(!d.scheduler.exclusiveRunning)
         // The run stopped after 100 bytes: w4's start is unknown, it waits to run alone.
-        d.host.position = 4196
-        d.finishRun(["w1", "w2"], intact: false)
+        d.finishRun(["w1", "w2"], intact: false, written: 100)
+        #expect(d.host.position == 4196)
         #expect(d.started.last == "w3")
         d.stream("w4", write: true, pipelinable: true, length: 4096)
         #expect(d.started.last == "w3")
         d.finish(d.op(named: "w3"))
         #expect(d.started.last == "w4" && d.scheduler.exclusiveRunning)
+    }
+
+    /// Queues `w0` (alone on the free lane) and `count` writes of half a
+    /// full run each behind it, then ends `w0` with the position at `start`.
+    private static func pipelined(_ count: Int, start: Int64 = 100) -> Driver {
+        var d = Driver()
+        let w0 = d.stream("w0", write: true, pipelinable: true, length: 100)
+        for i in 1...count { d.stream("a\(i)", write: true, pipelinable: true, length: Scheduler.maxCoalescedBytes / 2) }
+        d.host.position = start
+        d.finish(w0)
+        return d
+    }
+
+    @Test("full runs go out behind each other, up to maxRunsInFlight, and are released in order whatever order they end in")
+    func runsInFlightReleasedInOrder() {
+        let half = Int64(Scheduler.maxCoalescedBytes / 2)
+        let n = Scheduler.maxRunsInFlight
+        #expect(n >= 2)
+        var d = Self.pipelined(2 * n + 4)
+        let names = (0..<(n + 2)).map { ["a\(2 * $0 + 1)", "a\(2 * $0 + 2)"] }
+        let offsets = (0..<(n + 2)).map { 100 + 2 * half * Int64($0) }
+        #expect(d.runNames == Array(names.prefix(n)))
+        #expect(d.runOffsets == Array(offsets.prefix(n)))
+        #expect(d.scheduler.runsInFlight == n)
+        // The second ends first: it is held, nothing is released or starts.
+        d.finishRun(names[1])
+        #expect(d.released.isEmpty && d.runs.count == n)
+        #expect(d.op(named: "a3").ticket.state == .running)
+        // The first ends: both are released, in order, and two more runs go out.
+        d.finishRun(names[0])
+        #expect(d.released.map(\.run) == ["a1+a2", "a3+a4"])
+        let positions: [Int64?] = [offsets[1], offsets[2]]
+        #expect(d.released.map(\.position) == positions)
+        #expect(d.runNames == names)
+        #expect(d.runOffsets == offsets)
+        for run in names[2...] { d.finishRun(run) }
+        let end: Int64 = 100 + 2 * half * Int64(n + 2)
+        #expect(d.released.last?.position == end)
+        #expect(d.scheduler.running == 0 && d.scheduler.queued == 0 && d.scheduler.handlersOutstanding == 0)
+        #expect(d.scheduler.runsInFlight == 0)
+    }
+
+    @Test("reads to the end of the file (length Int.max) wait in the lane beside writes without overflowing its counts")
+    func endlessReadsInLane() {
+        var d = Driver()
+        let r1 = d.stream("r1", length: Int.max)
+        d.stream("r2", length: Int.max)
+        d.stream("w1", write: true, pipelinable: true, length: 100)
+        d.stream("r3", length: Int.max)
+        #expect(d.started == ["r1"])
+        d.finish(r1)
+        d.finish(d.op(named: "r2"))
+        d.finish(d.op(named: "w1"))
+        d.finish(d.op(named: "r3"))
+        #expect(d.started == ["r1", "r2", "w1", "r3"])
+        #expect(d.scheduler.running == 0 && d.scheduler.queued == 0 && d.scheduler.handlersOutstanding == 0)
+    }
+
+    @Test("behind a run in flight, writes that trickle in wait to fill a run; a barrier closes it and it goes out")
+    func trickleWaitsForFullRun() {
+        var d = Driver()
+        let w0 = d.stream("w0", write: true, pipelinable: true, length: 100)
+        for i in 1...3 { d.stream("s\(i)", write: true, pipelinable: true, length: 100) }
+        d.host.position = 100
+        d.finish(w0)
+        #expect(d.runNames == [["s1", "s2", "s3"]])
+        d.stream("s4", write: true, pipelinable: true, length: 100)
+        d.stream("s5", write: true, pipelinable: true, length: 100)
+        #expect(d.runs.count == 1 && d.started.count == 4)
+        d.barrier("sync")
+        #expect(d.runNames.last == ["s4", "s5"] && d.runOffsets.last == 400)
+        #expect(!d.started.contains("sync"))
+        d.finishRun(["s1", "s2", "s3"])
+        #expect(!d.started.contains("sync"))
+        d.finishRun(["s4", "s5"])
+        #expect(d.started.last == "sync" && d.host.position == 600)
+    }
+
+    @Test("a run that stops short ends the pipelining; the runs behind it report what they wrote, where they wrote it")
+    func shortRunInPipeline() {
+        let half = Int64(Scheduler.maxCoalescedBytes / 2)
+        let n = Scheduler.maxRunsInFlight
+        #expect(n >= 4)
+        var d = Self.pipelined(2 * n + 2)
+        let names = (0...n).map { ["a\(2 * $0 + 1)", "a\(2 * $0 + 2)"] }
+        let ends = (0...n).map { 100 + 2 * half * Int64($0 + 1) }
+        #expect(d.runs.count == n)
+        // The first stops inside its second write: released at once, the
+        // position where its bytes end; no further run goes out.
+        d.finishRun(names[0], intact: false, written: Int(half) + 10)
+        let cut: Int64 = 100 + half + 10
+        #expect(d.released.map(\.position) == [cut])
+        #expect(d.runs.count == n && d.scheduler.runsInFlight == n - 1)
+        // The others end last first: the last wrote nothing, the ones
+        // between all they carried, the second nothing.
+        d.finishRun(names[n - 1], intact: false, written: 0)
+        for k in stride(from: n - 2, through: 2, by: -1) { d.finishRun(names[k]) }
+        #expect(d.released.count == 1)
+        d.finishRun(names[1], intact: false, written: 0)
+        // The second wrote nothing: the position stays; those that wrote
+        // move it where their bytes end; the last wrote nothing: it stays.
+        #expect(d.released.map(\.run) == names.prefix(n).map { $0.joined(separator: "+") })
+        let positions: [Int64?] = [cut, nil] + ends[2..<(n - 1)].map { $0 } + [nil]
+        #expect(d.released.map(\.position) == positions)
+        // All released: the rest goes out from the file position again.
+        #expect(d.runNames.last == names[n] && d.runOffsets.last == ends[n - 2])
+        d.finishRun(names[n])
+        #expect(d.scheduler.running == 0 && d.scheduler.queued == 0 && d.scheduler.handlersOutstanding == 0)
     }
 
     @Test("in direct-I/O mode a write that needs a read-modify-write runs alone, like a barrier")

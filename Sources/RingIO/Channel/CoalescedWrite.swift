@@ -25,9 +25,12 @@ import RingIOBase
 /// them to the writes in order. Once the run is submitted it is not
 /// cancelled (a stop reaches the writes not yet submitted): the file
 /// writes it carries take no longer than the kernel's copy.
-// @unchecked: `lengths`, `done`, `first` and the iovecs are set by `start`
-// and then touched only by the completion of the one request in flight,
-// which submits the next; the rest is immutable.
+// @unchecked: `lengths`, `done`, `first`, `written`, `error` and the iovecs
+// are set by `start` and then touched only by the completion of the one
+// request in flight, which submits the next; the last one sets `written` and
+// `error` before it takes the entry's lock, under which the entry reads them
+// (possibly on another thread, releasing the runs in order); the rest is
+// immutable.
 final class CoalescedWrite: @unchecked Sendable {
     /// What one write of the run reports.
     enum Outcome: Equatable {
@@ -62,7 +65,12 @@ final class CoalescedWrite: @unchecked Sendable {
     let operations: [ChannelOperation]
     /// Where the run starts in the file.
     let offset: Int64
-    private var lengths: [Int?] = []
+    /// Each write's length, `nil` for one stopped before the run went out.
+    private(set) var lengths: [Int?] = []
+    /// Once the run ended: the bytes written (a prefix of the run), and why
+    /// it stopped short (`nil`: it did not).
+    private(set) var written = 0
+    private(set) var error: Errno?
     private var total = 0
     /// Bytes written so far (a prefix of the run).
     private var done = 0
@@ -98,7 +106,7 @@ final class CoalescedWrite: @unchecked Sendable {
         }
         self.iovecs = iovecs
         if total == 0 {
-            entry.coalescedWritesEnded(self, lengths: lengths, written: 0, error: nil)
+            entry.coalescedWritesEnded(self)
         } else {
             submitRest()
         }
@@ -121,13 +129,15 @@ final class CoalescedWrite: @unchecked Sendable {
                 submitRest()  // a short write: go on from where it stopped
                 return
             }
-            entry.coalescedWritesEnded(self, lengths: lengths, written: done, error: nil)
+            written = done
+            entry.coalescedWritesEnded(self)
         } else if res == -EINTR || res == -EAGAIN {
             submitRest()
         } else {
             // A write that moved nothing would loop forever.
-            let error = res == 0 ? Errno.ioError : Errno(rawValue: -res)
-            entry.coalescedWritesEnded(self, lengths: lengths, written: done, error: error)
+            written = done
+            error = res == 0 ? Errno.ioError : Errno(rawValue: -res)
+            entry.coalescedWritesEnded(self)
         }
     }
 

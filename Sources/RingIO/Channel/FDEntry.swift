@@ -93,7 +93,7 @@ final class FDEntry: @unchecked Sendable {
         let handler: @Sendable (Errno?) -> Void
     }
 
-    typealias Scheduler = EntryScheduler<ChannelOperation, Barrier, Cleanup>
+    typealias Scheduler = EntryScheduler<ChannelOperation, Barrier, Cleanup, CoalescedWrite>
     typealias Item = Scheduler.Item
 
     let fd: Int32
@@ -255,26 +255,33 @@ final class FDEntry: @unchecked Sendable {
         if let cleanup { runCleanups(cleanup) }
     }
 
-    /// The `pwritev` of coalesced stream writes ended after `written`
-    /// bytes (`error`: why it stopped short). Sets the file position where
-    /// the written bytes end, then queues the writes' last handler calls in
-    /// order, each with its share of the bytes (`CoalescedWrite.attribute`),
-    /// and starts what may start next.
+    /// The `pwritev` of the coalesced stream writes of `run` ended (its
+    /// `written` and `error` are set). Once the runs that went out before it
+    /// have ended too, releases them in order (`EntryScheduler`): for each,
+    /// sets the file position where its written bytes end, then queues its
+    /// writes' last handler calls in order, each with its share of the bytes
+    /// (`CoalescedWrite.attribute`); then starts what may start next.
     ///
     /// Lock order: the entry's lock, then each operation's (which never calls
     /// into the entry with its own lock held).
-    func coalescedWritesEnded(_ run: CoalescedWrite, lengths: [Int?], written: Int, error: Errno?) {
-        let outcomes = CoalescedWrite.attribute(lengths: lengths, written: written, error: error)
-        let intact = error == nil && !lengths.contains(nil)
+    func coalescedWritesEnded(_ run: CoalescedWrite) {
+        let intact = run.error == nil && !run.lengths.contains(nil)
         var inline: [ChannelOperation] = []
         var onQueues: [ChannelOperation] = []
-        let (ready, cleanup) = lock.withLock {
-            // Under the lock, and before any of their last calls is queued:
-            // the position is where they leave it when those calls run, and
-            // the next stream operation finds it set.
-            _ = lseek(fd, off_t(run.offset + Int64(written)), SEEK_SET)
-            for (operation, outcome) in zip(run.operations, outcomes) where operation.finishCoalesced(outcome) {
-                if operation.options.inline { inline.append(operation) } else { onQueues.append(operation) }
+        let (ready, cleanup) = lock.withLock { () -> ([Item], [Cleanup]?) in
+            let released = scheduler.coalescedWritesEnded(run, operations: run.operations, written: run.written,
+                                                          intact: intact)
+            if released.isEmpty { return ([], nil) }
+            for release in released {
+                let run = release.run
+                // Under the lock, and before any of their last calls is
+                // queued: the position is where they leave it when those
+                // calls run, and the next stream operation finds it set.
+                if let position = release.position { _ = lseek(fd, off_t(position), SEEK_SET) }
+                let outcomes = CoalescedWrite.attribute(lengths: run.lengths, written: run.written, error: run.error)
+                for (operation, outcome) in zip(run.operations, outcomes) where operation.finishCoalesced(outcome) {
+                    if operation.options.inline { inline.append(operation) } else { onQueues.append(operation) }
+                }
             }
             // One hop per queue for the calls of consecutive writes, in
             // order, queued before anything they let start.
@@ -287,7 +294,7 @@ final class FDEntry: @unchecked Sendable {
                 queue.async { for operation in group { operation.runDeliveries() } }
                 first = end
             }
-            return scheduler.coalescedWritesEnded(run.operations, intact: intact, host: host)
+            return scheduler.runsReleased(host: host)
         }
         for operation in inline { operation.runInlineDeliveries() }
         start(ready)
