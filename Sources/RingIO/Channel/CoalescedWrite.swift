@@ -25,7 +25,7 @@ import RingIOBase
 /// them to the writes in order. Once the run is submitted it is not
 /// cancelled (a stop reaches the writes not yet submitted): the file
 /// writes it carries take no longer than the kernel's copy.
-// @unchecked: `lengths`, `done`, `first`, `written`, `error` and the iovecs
+// @unchecked: `lengths`, `sizeAtStart`, `done`, `first`, `written`, `error` and the iovecs
 // are set by `start` and then touched only by the completion of the one
 // request in flight, which submits the next; the last one sets `written` and
 // `error` before it takes the entry's lock, under which the entry reads them
@@ -71,6 +71,10 @@ final class CoalescedWrite: @unchecked Sendable {
     /// it stopped short (`nil`: it did not).
     private(set) var written = 0
     private(set) var error: Errno?
+    /// The file's size just before the run went out (`Int64.max`: unknown).
+    /// A run that stops short takes back the bytes of the runs behind it
+    /// only when nothing past where it stopped was there before it.
+    private(set) var sizeAtStart = Int64.max
     private var total = 0
     /// Bytes written so far (a prefix of the run).
     private var done = 0
@@ -89,6 +93,8 @@ final class CoalescedWrite: @unchecked Sendable {
 
     /// Sends the run (the entry has started its writes).
     func start() {
+        var st = stat()
+        if fstat(entry.fd, &st) == 0 { sizeAtStart = Int64(st.st_size) }
         lengths = operations.map { $0.beginCoalesced() ? $0.length : nil }
         var regions = 0
         for (operation, length) in zip(operations, lengths) where length != nil {

@@ -115,6 +115,10 @@ final class FDEntry: @unchecked Sendable {
 
     private let lock = PlainLock()
     private var scheduler: Scheduler
+    /// A coalesced run stopped short (an error) with runs behind it in
+    /// flight: where its bytes end, its error, and the runs released after
+    /// it, held until the last run in flight ends (`coalescedWritesEnded`).
+    private var shortRun: (end: Int64, error: Errno, held: [CoalescedWrite])?
 
     /// The scheduler's questions, answered from the fd.
     private struct Host: EntrySchedulerHost {
@@ -272,15 +276,49 @@ final class FDEntry: @unchecked Sendable {
             let released = scheduler.coalescedWritesEnded(run, operations: run.operations, written: run.written,
                                                           intact: intact)
             if released.isEmpty { return ([], nil) }
+            func finish(_ run: CoalescedWrite, _ outcomes: [CoalescedWrite.Outcome]) {
+                for (operation, outcome) in zip(run.operations, outcomes) where operation.finishCoalesced(outcome) {
+                    if operation.options.inline { inline.append(operation) } else { onQueues.append(operation) }
+                }
+            }
             for release in released {
                 let run = release.run
+                if shortRun != nil {
+                    shortRun!.held.append(run)
+                    continue
+                }
                 // Under the lock, and before any of their last calls is
                 // queued: the position is where they leave it when those
                 // calls run, and the next stream operation finds it set.
                 if let position = release.position { _ = lseek(fd, off_t(position), SEEK_SET) }
-                let outcomes = CoalescedWrite.attribute(lengths: run.lengths, written: run.written, error: run.error)
-                for (operation, outcome) in zip(run.operations, outcomes) where operation.finishCoalesced(outcome) {
-                    if operation.options.inline { inline.append(operation) } else { onQueues.append(operation) }
+                finish(run, CoalescedWrite.attribute(lengths: run.lengths, written: run.written, error: run.error))
+                let end = run.offset &+ Int64(run.written)
+                if let error = run.error, end >= run.sizeAtStart {
+                    shortRun = (end, error, [])
+                }
+            }
+            // Stream writes run one after another (SEMANTICS.md): once a run
+            // stopped short, the writes behind it must not have landed past
+            // a gap. When the last run in flight has ended, the bytes of
+            // those behind the short run, all past what the file held when
+            // it went out, are cut off again, and their writes report every
+            // byte unwritten, as if they had started after it. (Should the
+            // cut fail, each reports what it wrote, where it wrote it.)
+            if let cut = shortRun, scheduler.runsInFlight == 0 {
+                shortRun = nil
+                let wrote = cut.held.contains { $0.written > 0 }
+                if !wrote || ftruncate(fd, off_t(cut.end)) == 0 {
+                    _ = lseek(fd, off_t(cut.end), SEEK_SET)
+                    for run in cut.held {
+                        finish(run, CoalescedWrite.attribute(lengths: run.lengths, written: 0, error: cut.error))
+                    }
+                } else {
+                    var end = cut.end
+                    for run in cut.held where run.written > 0 { end = Swift.max(end, run.offset &+ Int64(run.written)) }
+                    _ = lseek(fd, off_t(end), SEEK_SET)
+                    for run in cut.held {
+                        finish(run, CoalescedWrite.attribute(lengths: run.lengths, written: run.written, error: run.error))
+                    }
                 }
             }
             // One hop per queue for the calls of consecutive writes, in
