@@ -58,7 +58,7 @@ struct SmallFileChainTests {
             return
         }
         #expect(String(decoding: Array(status), as: UTF8.self).contains("Name:"))
-        #expect(Self.openFDs(into: dir.path) == 0)
+        #expect(openDescriptors(into: dir.path) == 0)
     }
 
     @Test("a missing file, a directory, no permission: the open's error, or the channel path", arguments: allBackends)
@@ -87,7 +87,7 @@ struct SmallFileChainTests {
             }
             #expect(denied.errno == .permissionDenied && denied.operation == .openForReading)
         }
-        #expect(Self.openFDs(into: dir.path) == 0)
+        #expect(openDescriptors(into: dir.path) == 0)
     }
 
     @Test("a FIFO never holds the chain: without a writer it goes to the channel path; with data, nothing is lost",
@@ -124,10 +124,10 @@ struct SmallFileChainTests {
         await closer.value
         #expect(Array(data) == payload)
         // The channel on the FIFO's fd closes it in its cleanup, a moment later.
-        var open = Self.openFDs(into: dir.path)
+        var open = openDescriptors(into: dir.path)
         for _ in 0..<200 where open != 0 {
             try await Task.sleep(for: .milliseconds(10))
-            open = Self.openFDs(into: dir.path)
+            open = openDescriptors(into: dir.path)
         }
         #expect(open == 0)
     }
@@ -187,21 +187,5 @@ struct SmallFileChainTests {
         // task work once, so the four linked steps take two calls (so did
         // the open-then-read path); never one per step.
         #expect(enters <= UInt64(files * 5 / 2), "\(enters) io_uring_enter calls for \(files) files")
-    }
-
-    /// The open file descriptors of this process that name a file in `dir`.
-    static func openFDs(into dir: String) -> Int {
-        guard let list = opendir("/proc/self/fd") else { return -1 }
-        defer { closedir(list) }
-        var n = 0
-        var target = [CChar](repeating: 0, count: 4096)
-        while let entry = readdir(list) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            let length = readlink("/proc/self/fd/" + name, &target, target.count - 1)
-            guard length > 0 else { continue }
-            let link = String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            if link.hasPrefix(dir + "/") || link == dir { n += 1 }
-        }
-        return n
     }
 }

@@ -9,21 +9,6 @@ import Testing
 @testable import RingIOQueue
 @testable import RingIOData
 
-/// The open file descriptors of this process that name a file in `dir`.
-private func descriptors(into dir: String) -> Int {
-    guard let list = opendir("/proc/self/fd") else { return -1 }
-    defer { closedir(list) }
-    var n = 0
-    var target = [CChar](repeating: 0, count: 4096)
-    while let entry = readdir(list) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        let length = readlink("/proc/self/fd/" + name, &target, target.count - 1)
-        guard length > 0 else { continue }
-        if String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self).hasPrefix(dir + "/") { n += 1 }
-    }
-    return n
-}
-
 @Suite("IO.readFile of small files: an open and one read")
 struct SmallFileReadTests {
     @Test("small files of many sizes read back whole, and no fd is left open", arguments: allBackends)
@@ -58,7 +43,7 @@ struct SmallFileReadTests {
                 }
                 // The small path closes its fd before it returns (the channel
                 // path, for the largest, closes its own a little later).
-                if size <= SmallFileRead.limit { #expect(descriptors(into: dir.path) == 0, "size \(size)") }
+                if size <= SmallFileRead.limit { #expect(openDescriptors(into: dir.path) == 0, "size \(size)") }
             }
         }
     }

@@ -101,3 +101,20 @@ func pattern(stream: Int, block: Int, count: Int) -> [UInt8] {
     }
     return out
 }
+
+/// The open file descriptors of this process that name `dir` or a file in it
+/// (read from /proc/self/fd; -1 if that cannot be listed).
+func openDescriptors(into dir: String) -> Int {
+    guard let list = opendir("/proc/self/fd") else { return -1 }
+    defer { closedir(list) }
+    var n = 0
+    var target = [CChar](repeating: 0, count: 4096)
+    while let entry = readdir(list) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        let length = readlink("/proc/self/fd/" + name, &target, target.count - 1)
+        guard length > 0 else { continue }
+        let link = String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        if link.hasPrefix(dir + "/") || link == dir { n += 1 }
+    }
+    return n
+}
