@@ -495,18 +495,24 @@ private func threadPoolWithoutDescriptorsChild(_ checks: ChildChecks) throws {
     checks.check(setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &rl) == 0, "setrlimit: \(errno)")
     // An fd below the limit may have been closed since the scan (by the exit
     // test's own machinery, in a whole `swift test` run): fill every hole.
+    // Filled again right before each request: the runtime's own threads may
+    // close an fd in between, and a free number lets the pool start a worker.
     var fillers: [Int32] = []
-    while true {
-        let d = dup(fd.rawValue)
-        if d < 0 { break }
-        fillers.append(d)
+    func fillHoles() {
+        while true {
+            let d = dup(fd.rawValue)
+            if d < 0 { break }
+            fillers.append(d)
+        }
     }
+    fillHoles()
     defer { fillers.forEach { close($0) } }
     let nop = perform(engine, .nop, timeout: .seconds(5))
     checks.check(nop == -EMFILE, "a NOP with no worker: \(nop.map { "\($0)" } ?? "no completion in 5 s")")
     let queue = IOQueue(label: "no-fds")
     let channel = IOChannel(kind: .stream, fileDescriptor: fd, queue: queue, engine: engine)
     let r = Recorder(queue: queue)
+    fillHoles()
     channel.read(length: .max, queue: queue, handler: r.handler)
     checks.check(r.wait(timeout: .seconds(5)), "the read waited forever")
     checks.check(r.settledShapes() == [Shape(true, nil, .tooManyOpenFiles)], "read: \(r.shapes)")
