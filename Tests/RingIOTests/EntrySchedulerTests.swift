@@ -50,7 +50,7 @@ private struct Driver {
     /// The runs released, in order, with the position each set (`nil`: left).
     var released: [(run: String, position: Int64?)] = []
 
-    mutating func note(_ items: [Scheduler.Item]) {
+    mutating func note(_ items: Scheduler.Ready) {
         for item in items {
             switch item {
             case .operation(let op):
@@ -65,7 +65,7 @@ private struct Driver {
         }
     }
 
-    mutating func note(_ result: ([Scheduler.Item], [String]?)) {
+    mutating func note(_ result: (Scheduler.Ready, [String]?)) {
         note(result.0)
         cleanups += result.1 ?? []
     }

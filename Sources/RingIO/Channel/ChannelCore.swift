@@ -198,7 +198,7 @@ final class ChannelCore: @unchecked Sendable {
                                          data: data, options: options, channel: self,
                                          handler: handler)
         var immediate: Errno?? = nil  // .some(error or nil): finish without I/O
-        var ready: (FDEntry, [FDEntry.Item])?
+        var ready: (FDEntry, FDEntry.Ready)?
         var open = false
         if closed {
             immediate = .some(.canceled)
@@ -227,7 +227,7 @@ final class ChannelCore: @unchecked Sendable {
 
     func barrier(_ work: @escaping @Sendable () -> Void) {
         lock.lock()
-        var ready: (FDEntry, [FDEntry.Item])?
+        var ready: (FDEntry, FDEntry.Ready)?
         var runNow = false
         var open = false
         switch target {
@@ -383,7 +383,7 @@ final class ChannelCore: @unchecked Sendable {
         opening = false
         let pending = deferred
         deferred = []
-        var ready: [FDEntry.Item] = []
+        var ready = FDEntry.Ready()
         for item in pending {
             switch item {
             case .operation(let op): ready += op.enqueue(on: entry, base: 0)

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import CLiburing
+import Synchronization
 import SystemPackage
 import RingIOBase
 @_spi(Engine) import RingIOEngine
@@ -184,8 +185,7 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
 
     var host: Host { Host(operation: self, fd: entry?.fd ?? -1) }
 
-    /// The lock around `state`: a bare pthread mutex in its own block (one
-    /// allocation, where a `PlainLock` is two).
+    /// The lock around `state`: a bare pthread mutex inside this object.
     let lock = OperationLock()
     var state: Progress
     /// Waiting for read-buffer bytes (see ChannelOperation+Budget.swift).
@@ -210,12 +210,10 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
                               offset: offset, length: length, data: data)
     }
 
-    deinit { lock.destroy() }
-
     // MARK: - life cycle
 
     /// Queues the operation on `entry` (the channel's lock is held).
-    func enqueue(on entry: FDEntry, base: Int64) -> [FDEntry.Item] {
+    func enqueue(on entry: FDEntry, base: Int64) -> FDEntry.Ready {
         self.entry = entry
         self.channelBase = base
         self.lane = entry.lane(isRead: direction == .read)
@@ -374,26 +372,27 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
         return request
     }
 
-    /// A pthread mutex the operation owns (`destroy` in its `deinit`).
-    struct OperationLock {
-        let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    /// A pthread mutex inside the operation's own object: no allocation of
+    /// its own (a `PlainLock` is two, a mutex block one). `_Cell` is the
+    /// Synchronization module's raw-layout cell: its storage stays where the
+    /// operation put it, so its address is stable for the pthread calls.
+    /// (A pthread mutex, not `Synchronization.Mutex`: see `Locked`.)
+    struct OperationLock: ~Copyable {
+        let cell: _Cell<pthread_mutex_t>
 
         init() {
-            mutex = .allocate(capacity: 1)
-            pthread_mutex_init(mutex, nil)
+            cell = _Cell(pthread_mutex_t())
+            pthread_mutex_init(cell._address, nil)
         }
 
-        func destroy() {
-            pthread_mutex_destroy(mutex)
-            mutex.deallocate()
-        }
+        deinit { pthread_mutex_destroy(cell._address) }
 
-        @inline(__always) func lock() { pthread_mutex_lock(mutex) }
-        @inline(__always) func unlock() { pthread_mutex_unlock(mutex) }
+        @inline(__always) func lock() { pthread_mutex_lock(cell._address) }
+        @inline(__always) func unlock() { pthread_mutex_unlock(cell._address) }
 
         @inline(__always) func withLock<R>(_ body: () throws -> R) rethrows -> R {
-            pthread_mutex_lock(mutex)
-            defer { pthread_mutex_unlock(mutex) }
+            pthread_mutex_lock(cell._address)
+            defer { pthread_mutex_unlock(cell._address) }
             return try body()
         }
     }

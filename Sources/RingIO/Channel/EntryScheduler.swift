@@ -103,6 +103,8 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
         /// Stream writes to go out as one `pwritev` at `offset`, in order.
         case writes([Operation], offset: Int64)
     }
+    /// What may start after a transition (one item inline: no allocation).
+    typealias Ready = ReadyItems<Item>
 
     /// IOV_MAX: the most iovecs one `pwritev` takes.
     static var maxCoalescedRegions: Int { 1024 }
@@ -189,7 +191,7 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     /// Queues an operation; returns what may start now.
     mutating func enqueue(_ operation: Operation, stream: Bool, lane: Int, isWrite: Bool,
                           pipelinable: Bool, length: Int, regions: Int = 1,
-                          host: some EntrySchedulerHost<Operation>) -> [Item] {
+                          host: some EntrySchedulerHost<Operation>) -> Ready {
         operation.ticket = SchedulerTicket(state: .queued, isStream: stream, lane: lane, isWrite: isWrite,
                                            pipelinable: pipelinable, length: length, regions: regions)
         handlersOutstanding += 1
@@ -199,7 +201,7 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     }
 
     /// Queues a barrier; returns what may start now.
-    mutating func enqueueBarrier(_ barrier: Barrier, host: some EntrySchedulerHost<Operation>) -> [Item] {
+    mutating func enqueueBarrier(_ barrier: Barrier, host: some EntrySchedulerHost<Operation>) -> Ready {
         queued += 1
         incoming.append(.barrier(barrier))
         return pump(host)
@@ -217,7 +219,7 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     /// An operation's I/O ended: returns what may start now, and the
     /// cleanups to run if that was the last thing the entry waited for.
     mutating func operationFinishedIO(_ operation: Operation,
-                                      host: some EntrySchedulerHost<Operation>) -> ([Item], [Cleanup]?) {
+                                      host: some EntrySchedulerHost<Operation>) -> (Ready, [Cleanup]?) {
         end(operation)
         let ready = pump(host)
         return (ready, ready.isEmpty ? finishIfIdle() : nil)
@@ -263,7 +265,7 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     /// The shell set the positions of the runs `coalescedWritesEnded`
     /// released: returns what may start now, and the cleanups to run if
     /// that was the last thing the entry waited for.
-    mutating func runsReleased(host: some EntrySchedulerHost<Operation>) -> ([Item], [Cleanup]?) {
+    mutating func runsReleased(host: some EntrySchedulerHost<Operation>) -> (Ready, [Cleanup]?) {
         let ready = pump(host)
         return (ready, ready.isEmpty ? finishIfIdle() : nil)
     }
@@ -283,7 +285,7 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     }
 
     /// A barrier returned.
-    mutating func barrierReturned(host: some EntrySchedulerHost<Operation>) -> ([Item], [Cleanup]?) {
+    mutating func barrierReturned(host: some EntrySchedulerHost<Operation>) -> (Ready, [Cleanup]?) {
         barrierRunning = false
         let ready = pump(host)
         return (ready, ready.isEmpty ? finishIfIdle() : nil)
@@ -311,8 +313,8 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     /// Admits and starts what the rules allow. Stream operations are all
     /// admitted to their lanes before the lanes start, so that writes queued
     /// together may go out together.
-    private mutating func pump(_ host: some EntrySchedulerHost<Operation>) -> [Item] {
-        var ready: [Item] = []
+    private mutating func pump(_ host: some EntrySchedulerHost<Operation>) -> Ready {
+        var ready = Ready()
         if barrierRunning || exclusiveRunning { return ready }
         let admitted = admit(&ready, host)
         startLane(0, &ready, host)
@@ -323,7 +325,7 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
 
     /// A barrier at the head of `incoming` that may start now (the caller
     /// started nothing, and nothing runs or waits in a lane).
-    private mutating func barrierReady(_ ready: [Item]) -> Item? {
+    private mutating func barrierReady(_ ready: Ready) -> Item? {
         guard case .barrier(let barrier) = incoming.first, running == 0 && lanesEmpty && ready.isEmpty else {
             return nil
         }
@@ -336,7 +338,7 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     /// Admits items from `incoming` in order: starts random operations and
     /// exclusive writes, queues stream operations in their lanes. Returns
     /// true when it stopped at a barrier (or nothing is left).
-    private mutating func admit(_ ready: inout [Item], _ host: some EntrySchedulerHost<Operation>) -> Bool {
+    private mutating func admit(_ ready: inout Ready, _ host: some EntrySchedulerHost<Operation>) -> Bool {
         while let item = incoming.first {
             switch item {
             case .barrier:
@@ -414,7 +416,7 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     /// Starts the head of `lane` once the lane is free: alone, or with the
     /// pipelinable writes queued right behind it as one `pwritev`; behind
     /// runs in flight, the next full run at where they end.
-    private mutating func startLane(_ lane: Int, _ ready: inout [Item], _ host: some EntrySchedulerHost<Operation>) {
+    private mutating func startLane(_ lane: Int, _ ready: inout Ready, _ host: some EntrySchedulerHost<Operation>) {
         while let operation = head(lane) {
             if operation.ticket.state == .withdrawn {
                 popHead(lane)
@@ -455,7 +457,7 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
 
     /// Starts `operation` (popped from `lane`) and the pipelinable writes
     /// right behind it that fit as one run at `position`.
-    private mutating func startRun(_ operation: Operation, at position: Int64, _ lane: Int, _ ready: inout [Item],
+    private mutating func startRun(_ operation: Operation, at position: Int64, _ lane: Int, _ ready: inout Ready,
                                    _ host: some EntrySchedulerHost<Operation>) {
         var batch = [operation]
         var bytes = operation.ticket.length
@@ -486,7 +488,7 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
         return operation
     }
 
-    private mutating func begin(_ operation: Operation, _ ready: inout [Item]) {
+    private mutating func begin(_ operation: Operation, _ ready: inout Ready) {
         begin(operation, nil)
         ready.append(.operation(operation))
     }

@@ -95,6 +95,7 @@ final class FDEntry: @unchecked Sendable {
 
     typealias Scheduler = EntryScheduler<ChannelOperation, Barrier, Cleanup, CoalescedWrite>
     typealias Item = Scheduler.Item
+    typealias Ready = Scheduler.Ready
 
     let fd: Int32
     let kind: FileKind
@@ -199,7 +200,7 @@ final class FDEntry: @unchecked Sendable {
 
     /// Queues `operation`; returns the operations that may start now. Call
     /// `start(_:)` with them once no lock is held.
-    func enqueue(_ operation: ChannelOperation) -> [Item] {
+    func enqueue(_ operation: ChannelOperation) -> Ready {
         let pipelinable = operation.isPipelinableWrite
         return lock.withLock {
             scheduler.enqueue(operation, stream: operation.isStream, lane: operation.lane,
@@ -209,12 +210,12 @@ final class FDEntry: @unchecked Sendable {
     }
 
     /// Queues a barrier; returns what may start now.
-    func enqueueBarrier(queue: IOQueue, _ work: @escaping @Sendable () -> Void) -> [Item] {
+    func enqueueBarrier(queue: IOQueue, _ work: @escaping @Sendable () -> Void) -> Ready {
         lock.withLock { scheduler.enqueueBarrier(Barrier(queue: queue, work: work), host: host) }
     }
 
     /// Starts what `enqueue`, `enqueueBarrier` or a completion released.
-    func start(_ ready: [Item]) {
+    func start(_ ready: Ready) {
         for item in ready {
             switch item {
             case .operation(let operation):
@@ -272,7 +273,7 @@ final class FDEntry: @unchecked Sendable {
         let intact = run.error == nil && !run.lengths.contains(nil)
         var inline: [ChannelOperation] = []
         var onQueues: [ChannelOperation] = []
-        let (ready, cleanup) = lock.withLock { () -> ([Item], [Cleanup]?) in
+        let (ready, cleanup) = lock.withLock { () -> (Ready, [Cleanup]?) in
             let released = scheduler.coalescedWritesEnded(run, operations: run.operations, written: run.written,
                                                           intact: intact)
             if released.isEmpty { return ([], nil) }
