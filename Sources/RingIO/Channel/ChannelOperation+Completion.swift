@@ -12,19 +12,15 @@ import SystemPackage
 extension ChannelOperation {
     // MARK: - completions (on the engine's thread: short, never blocking)
 
-    func completed(_ io: SlotIO, _ res: Int32) {
+    /// A slot's request completed (`IORequestTarget`): the tag says which
+    /// slot, and whether it was the poll that waited for the fd.
+    func requestCompleted(_ request: IORequest, tag: Int, result res: Int32) {
+        let id = tag >> 1
         lock.lock()
-        io.request = nil
-        let actions = state.completed(io.id, res, host: host)
-        let requests = requestsLocked(actions)
-        lock.unlock()
-        carryOut(actions, requests)
-    }
-
-    func polled(_ io: SlotIO, _ res: Int32) {
-        lock.lock()
-        io.request = nil
-        let actions = state.polled(io.id, res, host: host)
+        state.updatePayload(of: id) { io in
+            if io.request === request { io.request = nil }
+        }
+        let actions = tag & 1 == 0 ? state.completed(id, res, host: host) : state.polled(id, res, host: host)
         let requests = requestsLocked(actions)
         lock.unlock()
         carryOut(actions, requests)

@@ -24,26 +24,26 @@ extension ChannelOperation {
             guard footprint == 0 || takeBudgetLocked(footprint) else { return nil }
             let buffer = ReadBuffer(capacity: slot.size, pool: BufferPool.shared, alignment: alignment,
                                     budget: engine.readBudget, charge: footprint)
-            return SlotIO(operation: self, id: slot.id, buffer: buffer, piece: .empty)
+            return SlotIO(id: slot.id, buffer: buffer, piece: .empty)
         case .write(let piece):
-            return SlotIO(operation: self, id: slot.id, buffer: nil, piece: data.subrange(piece))
+            return SlotIO(id: slot.id, buffer: nil, piece: data.subrange(piece))
         case .directWhole(let range):
             // Bytes already aligned in memory go as they are; others are
             // copied into an aligned buffer.
             let piece = data.subrange(range)
             let alignment = slot.memoryAlignment
             if piece.regionCount == 1, piece.withUnsafeBytes({ Int(bitPattern: $0.baseAddress) % alignment == 0 }) {
-                return SlotIO(operation: self, id: slot.id, buffer: nil, piece: piece)
+                return SlotIO(id: slot.id, buffer: nil, piece: piece)
             }
             let buffer = ReadBuffer(capacity: slot.size, pool: BufferPool.shared, alignment: alignment)
             _ = piece.copyBytes(to: UnsafeMutableRawBufferPointer(start: buffer.pointer, count: slot.size),
                                 from: 0..<slot.size)
-            return SlotIO(operation: self, id: slot.id, buffer: buffer, piece: piece)
+            return SlotIO(id: slot.id, buffer: buffer, piece: piece)
         case .directPartial(let range, let at, let prefill):
             // A block the user's range covers only in part: read first
             // (`merge` once it is back), or past the end of file: zeros.
             let buffer = ReadBuffer(capacity: slot.size, pool: BufferPool.shared, alignment: slot.memoryAlignment)
-            let io = SlotIO(operation: self, id: slot.id, buffer: buffer, piece: data.subrange(range))
+            var io = SlotIO(id: slot.id, buffer: buffer, piece: data.subrange(range))
             io.mergeAt = at
             if !prefill { merge(io, read: 0) }
             return io

@@ -75,7 +75,7 @@ struct OperationOptions: Sendable {
 // `lock` held, except `entry`, `channelBase` and `lane`, written once by the
 // channel before the operation is enqueued and only read afterwards, and
 // `ticket`, which belongs to the entry's lock.
-final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
+final class ChannelOperation: SchedulableOperation, IORequestTarget, @unchecked Sendable {
     typealias Direction = OperationDirection
     typealias Progress = OperationProgress<SlotIO>
 
@@ -134,15 +134,13 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
     /// under the entry's lock (`EntryScheduler`).
     var ticket = SchedulerTicket()
 
-    /// The kernel side of one slot: its buffer or bytes, and its request.
-    // @unchecked: `request` and `iovecs` are read and written only with the
-    // operation's lock held; the buffer's bytes only by the one request in
-    // flight on them (and before it is made, by the shell that fills it).
-    final class SlotIO: ProgressPayload, @unchecked Sendable {
-        /// Its operation: the completion's one capture is the slot (no
-        /// closure context to allocate). The cycle ends when the progress
-        /// lets go of the slot (taken in order, or past the end).
-        let operation: ChannelOperation
+    /// The kernel side of one slot: its buffer or bytes, and its request. A
+    /// value inside the progress's slot (the first slot inline): no object
+    /// per slot. What the kernel may still touch once the progress let go
+    /// of a slot (a read past the end still in flight) is kept alive by the
+    /// request: the buffer or the iovecs are its `owner`, the operation
+    /// (whose `data` holds a write's bytes) its `target`.
+    struct SlotIO: ProgressPayload {
         let id: Int
         /// Reads: where the bytes land. Direct writes: the aligned copy of
         /// the bytes (and of a read-modify-write's block).
@@ -151,21 +149,34 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
         let piece: DataChunk
         /// A direct write's partial block: where `piece` goes in `buffer`.
         var mergeAt = 0
-        var iovecs: UnsafeMutablePointer<iovec>?
+        /// A write of several regions: its iovecs.
+        var iovecs: IOVecs?
         /// The request in flight (to cancel on a stop).
         var request: IORequest?
 
-        init(operation: ChannelOperation, id: Int, buffer: ReadBuffer?, piece: DataChunk) {
-            self.operation = operation
+        init(id: Int, buffer: ReadBuffer?, piece: DataChunk) {
             self.id = id
             self.buffer = buffer
             self.piece = piece
         }
 
-        deinit { iovecs?.deallocate() }
-
         func chunk(range: Range<Int>) -> DataChunk { buffer!.chunk(range: range) }
     }
+
+    /// The iovecs of a write of several regions, freed with the last
+    /// reference (the slot's, or its request's while in flight).
+    final class IOVecs: Sendable {
+        // Sendable: the pointer is written once, before the request that
+        // reads it is submitted, and never again.
+        nonisolated(unsafe) let pointer: UnsafeMutablePointer<iovec>
+
+        init(count: Int) { pointer = .allocate(capacity: count) }
+
+        deinit { pointer.deallocate() }
+    }
+
+    /// A slot's request tag: its id, and whether the request is a poll.
+    @inline(__always) static func tag(_ id: Int, poll: Bool) -> Int { id << 1 | (poll ? 1 : 0) }
 
     /// The progress's questions, answered from the fd and the engine. Used
     /// only with `lock` held.
@@ -305,12 +316,10 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
         case .rest(let id):
             return requestLocked(for: id)
         case .poll(let id, let forReading):
-            let io = state.slot(id)!.payload
             let events = UInt32(forReading ? POLLIN : POLLOUT)
-            let poll = IORequest(.poll(fd: entry!.fd, events: events), owner: io, mayBlock: true) { [io] res in
-                io.operation.polled(io, res)
-            }
-            io.request = poll
+            let poll = IORequest(.poll(fd: entry!.fd, events: events), target: self, tag: Self.tag(id, poll: true),
+                                 owner: nil, mayBlock: true)
+            state.updatePayload(of: id) { $0.request = poll }
             return poll
         case .readModifyWrite(let id, let read):
             merge(state.slot(id)!.payload, read: read)
@@ -321,8 +330,9 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
     /// With the lock held: the request for what is left of slot `id`.
     func requestLocked(for id: Int) -> IORequest {
         let slot = state.slot(id)!
-        let io = slot.payload
+        var io = slot.payload
         let fd = entry!.fd
+        var owner: AnyObject? = io.buffer
         let (offset, range) = state.requestRange(of: id)!
         let operation: IORequest.Operation
         var fixedBuffer: RegisteredBuffer?
@@ -352,23 +362,23 @@ final class ChannelOperation: SchedulableOperation, @unchecked Sendable {
                 fixedBuffer = rest.soleStorage?.registered
             } else {
                 let count = Swift.min(rest.regionCount, 1024 /* IOV_MAX */)
-                io.iovecs?.deallocate()
-                let iovecs = UnsafeMutablePointer<iovec>.allocate(capacity: count)
+                let iovecs = IOVecs(count: count)
                 var i = 0
                 rest.apply { _, _, bytes in
-                    iovecs[i] = iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress), iov_len: bytes.count)
+                    iovecs.pointer[i] = iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress),
+                                              iov_len: bytes.count)
                     i += 1
                     return i < count
                 }
                 io.iovecs = iovecs
-                operation = .writev(fd: fd, iovecs: iovecs, count: count, offset: offset)
+                owner = iovecs
+                operation = .writev(fd: fd, iovecs: iovecs.pointer, count: count, offset: offset)
             }
         }
-        let request = IORequest(operation, owner: io, mayBlock: mayBlock, fixedBuffer: fixedBuffer,
-                                fixedFile: entry?.fixedFile) { [io] res in
-            io.operation.completed(io, res)
-        }
+        let request = IORequest(operation, target: self, tag: Self.tag(id, poll: false), owner: owner,
+                                mayBlock: mayBlock, fixedBuffer: fixedBuffer, fixedFile: entry?.fixedFile)
         io.request = request
+        state.updatePayload(of: id) { $0 = io }
         return request
     }
 

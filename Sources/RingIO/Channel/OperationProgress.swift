@@ -95,7 +95,8 @@ struct OperationProgress<Payload: ProgressPayload> {
         var error: Errno?
         /// A direct write's block is being read, for a read-modify-write.
         var prefill = false
-        let payload: Payload
+        /// The shell's side of the slot (its buffer, its request in flight).
+        var payload: Payload
     }
 
     /// What the entry says of the file when the operation starts.
@@ -260,6 +261,13 @@ struct OperationProgress<Payload: ProgressPayload> {
     func slot(_ id: Int) -> Slot? {
         let i = id - (nextSlotID - slots.count)
         return i >= 0 && i < slots.count ? slots[offset: i] : nil
+    }
+
+    /// Lets the shell update the payload of slot `id`, if it is still open.
+    @inline(__always)
+    mutating func updatePayload(of id: Int, _ body: (inout Payload) -> Void) {
+        guard let i = index(of: id) else { return }
+        body(&slots[offset: i].payload)
     }
 
     func index(of id: Int) -> Int? {

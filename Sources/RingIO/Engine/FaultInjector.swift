@@ -160,7 +160,7 @@ final class FaultInjector: Sendable {
         return IORequest(operation, owner: hold, mayBlock: request.mayBlock) { [self] res in
             state.withLock { _ = $0.standIns.removeValue(forKey: ObjectIdentifier(hold.original)) }
             // A stand-in that was cancelled reports the cancel, not the fault.
-            hold.original.completion(res == -ECANCELED ? res : (result ?? res))
+            hold.original.complete(res == -ECANCELED ? res : (result ?? res))
         }
     }
 }

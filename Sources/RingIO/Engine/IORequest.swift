@@ -88,7 +88,13 @@ public final class IORequest: @unchecked Sendable {
 
     public let operation: Operation
     public let owner: AnyObject?
+    /// The completion, for a request made with a closure. A request made
+    /// for a `target` has an empty one: engines call `complete(_:)`.
     public let completion: @Sendable (Int32) -> Void
+    /// Told of the completion instead of a closure (see `IORequestTarget`).
+    let target: (any IORequestTarget)?
+    /// The target's name for this request (a channel operation's slot).
+    package let tag: Int
     /// A read or write on this fd may wait indefinitely (pipe, socket, tty):
     /// the thread-pool backend then waits in `poll` so that a cancel can
     /// interrupt it. io_uring needs no hint.
@@ -132,6 +138,8 @@ public final class IORequest: @unchecked Sendable {
         self.owner = owner
         self.mayBlock = mayBlock
         self.completion = completion
+        self.target = nil
+        self.tag = 0
         self.fixedBuffer = nil
         self.fixedFile = nil
         self.ringTask = nil
@@ -144,9 +152,40 @@ public final class IORequest: @unchecked Sendable {
         self.owner = owner
         self.mayBlock = mayBlock
         self.completion = completion
+        self.target = nil
+        self.tag = 0
         self.fixedBuffer = fixedBuffer
         self.fixedFile = fixedFile
         self.ringTask = nil
+    }
+
+    /// A request whose completion goes to `target`, with `tag`: no closure
+    /// (and no closure context to allocate) per request. The engine keeps
+    /// `target` and `owner` alive until then.
+    package init(_ operation: Operation, target: any IORequestTarget, tag: Int, owner: AnyObject?, mayBlock: Bool,
+                 fixedBuffer: RegisteredBuffer? = nil, fixedFile: FixedFileSlot? = nil) {
+        self.operation = operation
+        self.owner = owner
+        self.mayBlock = mayBlock
+        self.completion = IORequest.noCompletion
+        self.target = target
+        self.tag = tag
+        self.fixedBuffer = fixedBuffer
+        self.fixedFile = fixedFile
+        self.ringTask = nil
+    }
+
+    private static let noCompletion: @Sendable (Int32) -> Void = { _ in }
+
+    /// Runs the completion with `res` (the target's, or the closure): what
+    /// engines call once the request is over.
+    @inline(__always)
+    public func complete(_ res: Int32) {
+        if let target {
+            target.requestCompleted(self, tag: tag, result: res)
+        } else {
+            completion(res)
+        }
     }
 
     /// Work for the ring thread (`UringBackend.perform(onRingThread:)`).
@@ -155,6 +194,8 @@ public final class IORequest: @unchecked Sendable {
         self.owner = nil
         self.mayBlock = false
         self.completion = completion
+        self.target = nil
+        self.tag = 0
         self.fixedBuffer = nil
         self.fixedFile = nil
         self.ringTask = ringTask
@@ -192,6 +233,13 @@ public final class IORequest: @unchecked Sendable {
         if case .cancel = operation { return true }
         return false
     }
+}
+
+/// An object told of its requests' completions (`IORequest.complete`), in
+/// place of a closure per request: a channel operation, whose `tag` says
+/// which slot. Called on the engine's thread: short, never blocking.
+package protocol IORequestTarget: AnyObject, Sendable {
+    func requestCompleted(_ request: IORequest, tag: Int, result: Int32)
 }
 
 /// The file the requests of one linked chain share (see

@@ -70,7 +70,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
         lock.withLock {
             enqueueLocked(request, completeNow: &completeNow, spawn: &spawn)
         }
-        for (r, res) in completeNow { r.completion(res) }
+        for (r, res) in completeNow { r.complete(res) }
         if spawn { startWorker() }
     }
 
@@ -84,7 +84,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
                 if spawn { spawnCount += 1; spawn = false }
             }
         }
-        for (r, res) in completeNow { r.completion(res) }
+        for (r, res) in completeNow { r.complete(res) }
         for _ in 0..<spawnCount { startWorker() }
     }
 
@@ -188,7 +188,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
             }
             return out
         }
-        for r in orphans { r.completion(-error) }
+        for r in orphans { r.complete(-error) }
     }
 
     private func workerLoop(_ worker: Worker) {
@@ -214,7 +214,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
                     if broken {
                         request.engineState = .done
                         lock.unlock()
-                        request.completion(-ECANCELED)
+                        request.complete(-ECANCELED)
                         lock.lock()
                         continue
                     }
@@ -232,7 +232,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
                     }
                     if request.linkNext && !request.hardLinkNext && !request.linkSucceeds(res) { broken = true }
                     lock.unlock()
-                    request.completion(res)
+                    request.complete(res)
                     lock.lock()
                 }
                 if blocking { blockedWorkers -= 1 }
@@ -271,7 +271,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
             lock.broadcast()
             return out
         }
-        for r in cancelled { r.completion(-ECANCELED) }
+        for r in cancelled { r.complete(-ECANCELED) }
     }
 
     // MARK: - the system calls

@@ -79,7 +79,7 @@ extension UringBackend {
         for _ in 1..<head.chainLength { if let r = backlog.popFirst() { failed.append(r) } }
         for (i, r) in failed.enumerated() {
             r.engineState = .done
-            r.completion(i == 0 ? -ENFILE : -ECANCELED)
+            r.complete(i == 0 ? -ENFILE : -ECANCELED)
         }
         return false
     }

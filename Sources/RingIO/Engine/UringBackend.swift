@@ -17,7 +17,7 @@ import RingIOQueue
 ///  submit(r) ──▶ inbox ──swap──▶ backlog ──▶ SQEs ──io_uring_enter──▶ kernel
 ///       │       (locked)                              │
 ///       └─ eventfd write, only if the ring            ▼
-///          thread sleeps in io_uring_enter    CQEs ──▶ r.completion(res)
+///          thread sleeps in io_uring_enter    CQEs ──▶ r.complete(res)
 /// ```
 ///
 /// - The ring is created with `SINGLE_ISSUER | DEFER_TASKRUN` where the kernel
@@ -196,7 +196,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         lock.lock()
         if stopped {
             lock.unlock()
-            request.completion(-ECANCELED)
+            request.complete(-ECANCELED)
             return
         }
         inbox.append(request)
@@ -214,7 +214,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         lock.lock()
         if stopped {
             lock.unlock()
-            for r in requests { r.completion(-ECANCELED) }
+            for r in requests { r.complete(-ECANCELED) }
             return
         }
         inbox.append(contentsOf: requests)
@@ -289,7 +289,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                     cancelledEverything = true
                     while let r = backlog.popFirst() {
                         r.engineState = .done
-                        r.completion(-ECANCELED)
+                        r.complete(-ECANCELED)
                     }
                     cancelAllInFlight()
                 }
@@ -358,7 +358,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             return (inbox, drainInbox)
         }
         unmarkRingThread()
-        for r in leftovers + ringInbox { r.completion(-ECANCELED) }
+        for r in leftovers + ringInbox { r.complete(-ECANCELED) }
         ringInbox = []
         // The ring thread is gone: the pool runs what is left of the ring queues.
         for q in drains + ringDrains { WorkerPool.shared.submit(.drain(q)) }
@@ -387,12 +387,12 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     func accept(_ request: IORequest, stopping: Bool) {
         if stopping {
             request.engineState = .done
-            request.completion(-ECANCELED)
+            request.complete(-ECANCELED)
             return
         }
         if let task = request.ringTask {
             request.engineState = .done
-            request.completion(task(self))
+            request.complete(task(self))
             return
         }
         guard case .cancel(let target) = request.operation else {
@@ -406,17 +406,17 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             // O(1) per request (a chain's requests hold consecutive tickets).
             for r in backlog.removeQueued(target) {
                 r.engineState = .done
-                r.completion(-ECANCELED)
+                r.complete(-ECANCELED)
             }
             request.engineState = .done
-            request.completion(0)
+            request.complete(0)
         case .inFlight:
             request.engineState = .queued
             cancels.append(request)
         case .new, .done:
             // Already finished (or never submitted): nothing to cancel.
             request.engineState = .done
-            request.completion(-ENOENT)
+            request.complete(-ENOENT)
         }
     }
 
@@ -443,7 +443,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             if target.engineState != .inFlight {
                 _ = cancels.popFirst()
                 cancel.engineState = .done
-                cancel.completion(-ENOENT)
+                cancel.complete(-ENOENT)
                 continue
             }
             guard let sqe = io_uring_get_sqe(ring) else { return }
@@ -499,6 +499,6 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             file.slot = -1
         }
         request.engineState = .done
-        request.completion(res)
+        request.complete(res)
     }
 }
