@@ -47,11 +47,13 @@ struct InlineQueue<Element> {
             if let inline { return i == 0 ? inline : overflow![offset: i - 1] }
             return overflow![offset: i]
         }
-        set {
+        // In place (no copy of the element to change one field of it, and
+        // no retain and release of what it refers to).
+        _modify {
             if inline != nil {
-                if i == 0 { inline = newValue } else { overflow![offset: i - 1] = newValue }
+                if i == 0 { yield &inline! } else { yield &overflow![offset: i - 1] }
             } else {
-                overflow![offset: i] = newValue
+                yield &overflow![offset: i]
             }
         }
     }
