@@ -63,6 +63,10 @@ let benchmarks: @Sendable () -> Void = {
         unlink(path)
         let block = [UInt8](repeating: 0x5A, count: 1 << 20)
         _ = block.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        // A random channel's offsets count from the file position when it is
+        // made: back to 0, or every read would be at the end of file (until
+        // 2026-11 they were, and the benchmark measured 0-byte reads).
+        _ = lseek(fd, 0, SEEK_SET)
         let channel = IOChannel(kind: .random, fileDescriptor: FileDescriptor(rawValue: fd), queue: IOQueue(label: "micro.read"))
         let handlerQueue = IOQueue(label: "micro.handler")
         Benchmark("IOChannel_4KiB_read_round_trip", configuration: .init(thresholds: allocations(within: 250))) { benchmark in
@@ -70,10 +74,8 @@ let benchmarks: @Sendable () -> Void = {
             for i in benchmark.scaledIterations {
                 group.enter()
                 channel.read(offset: Int64(i % 256) * 4096, length: 4096, queue: handlerQueue) { done, data, _ in
-                    if done {
-                        blackHole(data)
-                        group.leave()
-                    }
+                    blackHole(data)
+                    if done { group.leave() }
                 }
                 group.wait()
             }

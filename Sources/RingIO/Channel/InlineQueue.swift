@@ -47,14 +47,25 @@ struct InlineQueue<Element> {
             if let inline { return i == 0 ? inline : overflow![offset: i - 1] }
             return overflow![offset: i]
         }
-        // In place (no copy of the element to change one field of it, and
-        // no retain and release of what it refers to).
-        _modify {
+        set {
             if inline != nil {
-                if i == 0 { yield &inline! } else { yield &overflow![offset: i - 1] }
+                if i == 0 { inline = newValue } else { overflow![offset: i - 1] = newValue }
             } else {
-                yield &overflow![offset: i]
+                overflow![offset: i] = newValue
             }
         }
+    }
+
+    /// Changes the element `i` places from the front in place: no copy of
+    /// it (and no retain and release of what it refers to). A method, not a
+    /// `_modify` accessor: a coroutine's frame for an element this size is
+    /// allocated on the heap.
+    @inline(__always)
+    mutating func modify<R>(offset i: Int, _ body: (inout Element) -> R) -> R {
+        if inline != nil {
+            if i == 0 { return body(&inline!) }
+            return body(&overflow![offset: i - 1])
+        }
+        return body(&overflow![offset: i])
     }
 }

@@ -267,7 +267,7 @@ struct OperationProgress<Payload: ProgressPayload> {
     @inline(__always)
     mutating func updatePayload(of id: Int, _ body: (inout Payload) -> Void) {
         guard let i = index(of: id) else { return }
-        body(&slots[offset: i].payload)
+        slots.modify(offset: i) { body(&$0.payload) }
     }
 
     func index(of id: Int) -> Int? {
