@@ -127,12 +127,15 @@ final class ChannelOperation: SchedulableOperation, IORequestTarget, @unchecked 
     let options: OperationOptions
     weak var channel: ChannelCore?
 
-    var entry: FDEntry?
-    var channelBase: Int64 = 0
-    var lane: Int = 0
+    // `@exclusivity(unchecked)` on these and on `state`: each is guarded
+    // (see the class comment), so the runtime's dynamic exclusivity checks,
+    // a thread-local lookup per access on the hot path, can find nothing.
+    @exclusivity(unchecked) var entry: FDEntry?
+    @exclusivity(unchecked) var channelBase: Int64 = 0
+    @exclusivity(unchecked) var lane: Int = 0
     /// The entry's scheduling state of this operation: read and written only
     /// under the entry's lock (`EntryScheduler`).
-    var ticket = SchedulerTicket()
+    @exclusivity(unchecked) var ticket = SchedulerTicket()
 
     /// The kernel side of one slot: its buffer or bytes, and its request. A
     /// value inside the progress's slot (the first slot inline): no object
@@ -198,10 +201,10 @@ final class ChannelOperation: SchedulableOperation, IORequestTarget, @unchecked 
 
     /// The lock around `state`: a bare pthread mutex inside this object.
     let lock = OperationLock()
-    var state: Progress
+    @exclusivity(unchecked) var state: Progress
     /// Waiting for read-buffer bytes (see ChannelOperation+Budget.swift).
-    var budgetTicket: ReadBudget.Ticket?
-    var budgetGranted = 0
+    @exclusivity(unchecked) var budgetTicket: ReadBudget.Ticket?
+    @exclusivity(unchecked) var budgetGranted = 0
 
     init(direction: Direction, isStream: Bool, queue: IOQueue, engine: IOEngine,
          settings: ChannelSettings, offset: Int64, length: Int, data: DataChunk,
@@ -328,8 +331,16 @@ final class ChannelOperation: SchedulableOperation, IORequestTarget, @unchecked 
     }
 
     /// With the lock held: the request for what is left of slot `id`.
+    @inline(__always)
     func requestLocked(for id: Int) -> IORequest {
-        let slot = state.slot(id)!
+        // The progress in place: a read of `state` as a value to ask it a
+        // question copies it (retaining all it holds).
+        requestLocked(for: id, &state)
+    }
+
+    private func requestLocked(for id: Int, _ state: inout Progress) -> IORequest {
+        let i = state.index(of: id)!
+        let slot = state.slots[offset: i]
         var io = slot.payload
         let fd = entry!.fd
         var owner: AnyObject? = io.buffer
@@ -378,7 +389,7 @@ final class ChannelOperation: SchedulableOperation, IORequestTarget, @unchecked 
         let request = IORequest(operation, target: self, tag: Self.tag(id, poll: false), owner: owner,
                                 mayBlock: mayBlock, fixedBuffer: fixedBuffer, fixedFile: entry?.fixedFile)
         io.request = request
-        state.updatePayload(of: id) { $0 = io }
+        state.slots.modify(offset: i) { $0.payload = io }
         return request
     }
 

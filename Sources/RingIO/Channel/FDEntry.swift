@@ -115,11 +115,13 @@ final class FDEntry: @unchecked Sendable {
     private let direct: Locked<DirectAlignment?>
 
     private let lock = PlainLock()
-    private var scheduler: Scheduler
+    // `@exclusivity(unchecked)`: read and written only under `lock`; the
+    // runtime's dynamic exclusivity checks can find nothing.
+    @exclusivity(unchecked) private var scheduler: Scheduler
     /// A coalesced run stopped short (an error) with runs behind it in
     /// flight: where its bytes end, its error, and the runs released after
     /// it, held until the last run in flight ends (`coalescedWritesEnded`).
-    private var shortRun: (end: Int64, error: Errno, held: [CoalescedWrite])?
+    @exclusivity(unchecked) private var shortRun: (end: Int64, error: Errno, held: [CoalescedWrite])?
 
     /// The scheduler's questions, answered from the fd.
     private struct Host: EntrySchedulerHost {

@@ -100,25 +100,28 @@ public final class IORequest: @unchecked Sendable {
     /// interrupt it. io_uring needs no hint.
     public let mayBlock: Bool
 
-    var engineState: EngineState = .new
+    // `@exclusivity(unchecked)`: the engine's fields below are touched only
+    // by the thread that owns the request (see the class comment), so the
+    // runtime's dynamic exclusivity checks can find nothing.
+    @exclusivity(unchecked) var engineState: EngineState = .new
     /// Set by `IOEngine.submit(linked:)`: the next request runs only if this
     /// one succeeds in full (`IOSQE_IO_LINK`).
-    var linkNext = false
+    @exclusivity(unchecked) var linkNext = false
     /// With `linkNext`: the next request runs whatever this one's result
     /// (`IOSQE_IO_HARDLINK`), unless this one was itself cancelled because
     /// an earlier link broke.
-    var hardLinkNext = false
+    @exclusivity(unchecked) var hardLinkNext = false
     /// On the first request of a linked chain: the number of requests in it.
-    var chainLength = 1
+    @exclusivity(unchecked) var chainLength = 1
     /// The chain's first request, on every request of a chain (nil otherwise).
     weak var chainHead: IORequest?
     /// Its place in the backend's backlog while `.queued` (see `TicketQueue`).
-    var backlogTicket = 0
+    @exclusivity(unchecked) var backlogTicket = 0
     /// io_uring: submit with `IOSQE_ASYNC` (an open of a FIFO for writing,
     /// retried after the ring's non-blocking first try gave ENXIO).
-    var forceAsync = false
+    @exclusivity(unchecked) var forceAsync = false
     /// Thread-pool backend: the worker running the request, while it runs.
-    var worker: AnyObject?
+    @exclusivity(unchecked) var worker: AnyObject?
 
     /// Registered resources the io_uring backend may use for this request;
     /// the thread pool ignores them (same result either way).
