@@ -184,7 +184,10 @@ final class ChannelOperation: SchedulableOperation, IORequestTarget, @unchecked 
     /// The progress's questions, answered from the fd and the engine. Used
     /// only with `lock` held.
     struct Host: OperationProgressHost {
-        let operation: ChannelOperation
+        // unowned(unsafe): a host lives only inside a call on `operation`
+        // (made by its `host`), so the operation outlives it; no retain
+        // and release per transition.
+        unowned(unsafe) let operation: ChannelOperation
         let fd: Int32
         func filePosition() -> Result<Int64, Errno> {
             let position = lseek(fd, 0, SEEK_CUR)

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import CLiburing
+import Synchronization
 import SystemPackage
 import RingIOBase
 
@@ -113,6 +114,9 @@ final class FDEntry: @unchecked Sendable {
     /// Set while the fd is in direct-I/O mode. Its own lock: operations read
     /// it under the entry's.
     private let direct: Locked<DirectAlignment?>
+    /// Whether `direct` may hold an alignment: most fds never are in
+    /// direct-I/O mode, and then every scheduler step skips that lock.
+    private let directFlag: Atomic<Bool>
 
     private let lock = PlainLock()
     // `@exclusivity(unchecked)`: read and written only under `lock`; the
@@ -156,14 +160,21 @@ final class FDEntry: @unchecked Sendable {
         // Opened with O_DIRECT by its owner: align from the start.
         let opened = kind.isPositional && flags >= 0 && flags & cliburing_o_direct() != 0
         self.direct = Locked(opened ? DirectAlignment.of(fd: fd) : nil)
+        self.directFlag = Atomic(opened)
         self.scheduler = Scheduler(channels: 1)
     }
 
     /// The alignment every request must have, while the fd is in direct-I/O mode.
-    var directAlignment: DirectAlignment? { direct.withLock { $0 } }
+    var directAlignment: DirectAlignment? {
+        directFlag.load(ordering: .acquiring) ? direct.withLock { $0 } : nil
+    }
 
     func setDirectAlignment(_ alignment: DirectAlignment?) {
+        // Set: the alignment, then the flag; cleared: the flag first. A
+        // reader that misses the change reads as it would have just before.
+        if alignment == nil { directFlag.store(false, ordering: .releasing) }
         direct.withLock { $0 = alignment }
+        if alignment != nil { directFlag.store(true, ordering: .releasing) }
     }
 
 
