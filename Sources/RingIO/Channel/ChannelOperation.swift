@@ -347,7 +347,7 @@ final class ChannelOperation: SchedulableOperation, IORequestTarget, @unchecked 
         var io = slot.payload
         let fd = entry!.fd
         var owner: AnyObject? = io.buffer
-        let (offset, range) = state.requestRange(of: id)!
+        let (offset, range) = state.requestRange(of: slot)
         let operation: IORequest.Operation
         var fixedBuffer: RegisteredBuffer?
         if direction == .read || slot.prefill {

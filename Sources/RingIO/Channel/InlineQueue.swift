@@ -29,11 +29,16 @@ struct InlineQueue<Element> {
     }
 
     mutating func popFirst() -> Element? {
-        if let element = inline {
-            inline = nil
-            return element
-        }
+        // Moved out, not copied and released.
+        if let element = inline.take() { return element }
         return overflow?.popFirst()
+    }
+
+    /// `body` of the first element, without copying it; nil when empty.
+    @inline(__always)
+    func withFirst<R>(_ body: (Element) -> R) -> R? {
+        if inline != nil { return body(inline.unsafelyUnwrapped) }
+        return overflow?.first.map(body)
     }
 
     mutating func removeAll() {

@@ -12,50 +12,54 @@ extension OperationProgress {
         inFlight -= 1
         // A slot no longer open lay past the end: its result is ignored.
         guard let i = index(of: id) else { return settle(again: nil, host: host) }
-        var slot = slots[offset: i]
         var again: Again?
+        var shortBlock: (start: Int, size: Int, read: Int)?
         let going = !stopped && end == nil
-        if slot.prefill {
-            if res >= 0 && going {
-                slot.prefill = false
-                noteShortBlock(start: slot.start, size: slot.size, read: Int(res))
-                again = .readModifyWrite(id, read: Int(res))
-                inFlight += 1
-            } else {
-                slot.prefill = false
-                slot.error = res < 0 ? Errno(rawValue: -res) : .canceled
-                slot.complete = true
-            }
-        } else if res > 0 {
-            slot.done += Int(res)
-            // Direct I/O continues only at an aligned offset: a read that
-            // stopped elsewhere reached the end of file.
-            let aligned = direct.map { slot.done % $0.offset == 0 } ?? true
-            if slot.done < slot.size && going && (positional || direction == .write) && aligned {
-                again = .rest(id)  // continue a short read or write
-                inFlight += 1
-            } else {
-                if slot.done < slot.size && !aligned {
-                    if direction == .read { slot.endOfFile = true } else { slot.error = .ioError }
+        let alignment = direct?.offset
+        let (positional, direction) = (positional, direction)
+        // The slot in place (a copy would retain and release what it holds);
+        // what the rest of the progress learns is applied after.
+        slots.modify(offset: i) { slot in
+            if slot.prefill {
+                if res >= 0 && going {
+                    slot.prefill = false
+                    shortBlock = (slot.start, slot.size, Int(res))
+                    again = .readModifyWrite(id, read: Int(res))
+                } else {
+                    slot.prefill = false
+                    slot.error = res < 0 ? Errno(rawValue: -res) : .canceled
+                    slot.complete = true
+                }
+            } else if res > 0 {
+                slot.done += Int(res)
+                // Direct I/O continues only at an aligned offset: a read that
+                // stopped elsewhere reached the end of file.
+                let aligned = alignment.map { slot.done % $0 == 0 } ?? true
+                if slot.done < slot.size && going && (positional || direction == .write) && aligned {
+                    again = .rest(id)  // continue a short read or write
+                } else {
+                    if slot.done < slot.size && !aligned {
+                        if direction == .read { slot.endOfFile = true } else { slot.error = .ioError }
+                    }
+                    slot.complete = true
+                }
+            } else if res == 0 {
+                if direction == .read {
+                    slot.endOfFile = true
+                } else {
+                    slot.error = .ioError  // a write that moved nothing would loop forever
                 }
                 slot.complete = true
-            }
-        } else if res == 0 {
-            if direction == .read {
-                slot.endOfFile = true
+            } else if (res == -EINTR || res == -EAGAIN) && going {
+                // EAGAIN: a non-blocking fd; wait for readiness, then try again.
+                again = res == -EAGAIN ? .poll(id, forReading: direction == .read) : .rest(id)
             } else {
-                slot.error = .ioError  // a write that moved nothing would loop forever
+                slot.error = Errno(rawValue: -res)
+                slot.complete = true
             }
-            slot.complete = true
-        } else if (res == -EINTR || res == -EAGAIN) && going {
-            // EAGAIN: a non-blocking fd; wait for readiness, then try again.
-            again = res == -EAGAIN ? .poll(id, forReading: direction == .read) : .rest(id)
-            inFlight += 1
-        } else {
-            slot.error = Errno(rawValue: -res)
-            slot.complete = true
         }
-        slots[offset: i] = slot
+        if let block = shortBlock { noteShortBlock(start: block.start, size: block.size, read: block.read) }
+        if again != nil { inFlight += 1 }
         return settle(again: again, host: host)
     }
 
@@ -84,8 +88,7 @@ extension OperationProgress {
     /// Takes completed slots in file order, decides how the operation ends,
     /// and queues the deliveries the water marks call for.
     mutating func advance() -> Runner {
-        while end == nil, let head = slots.first, head.complete {
-            _ = slots.popFirst()
+        while end == nil, slots.withFirst({ $0.complete }) == true, let head = slots.popFirst() {
             // The slot's bytes that are the user's (all of them, but with
             // direct I/O at the edges of the range).
             let lower = Swift.max(head.start, ioHead)

@@ -279,6 +279,12 @@ struct OperationProgress<Payload: ProgressPayload> {
     /// file position, not positional) and which bytes of the slot it moves.
     func requestRange(of id: Int) -> (offset: Int64, bytes: Range<Int>)? {
         guard let slot = slot(id) else { return nil }
+        return requestRange(of: slot)
+    }
+
+    /// `requestRange(of:)` of an open slot the caller holds.
+    @inline(__always)
+    func requestRange(of slot: Slot) -> (offset: Int64, bytes: Range<Int>) {
         let offset: Int64 = positional ? fileBase + Int64(slot.start + slot.done) : -1
         return (offset, slot.done..<slot.size)
     }
