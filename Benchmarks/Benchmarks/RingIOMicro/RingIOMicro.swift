@@ -11,6 +11,7 @@
 import Glibc
 #endif
 import Benchmark
+import Synchronization
 @_spi(Engine) import RingIO
 import SystemPackage
 
@@ -69,6 +70,16 @@ let benchmarks: @Sendable () -> Void = {
         _ = lseek(fd, 0, SEEK_SET)
         let channel = IOChannel(kind: .random, fileDescriptor: FileDescriptor(rawValue: fd), queue: IOQueue(label: "micro.read"))
         let handlerQueue = IOQueue(label: "micro.handler")
+        // The reads must move 4 KiB each, or the count measures something else.
+        let checked = IOGroup()
+        let moved = Mutex(0)
+        checked.enter()
+        channel.read(offset: 4096, length: 4096, queue: handlerQueue) { done, data, _ in
+            moved.withLock { $0 += data?.count ?? 0 }
+            if done { checked.leave() }
+        }
+        checked.wait()
+        precondition(moved.withLock { $0 } == 4096, "RingIOMicro: a 4 KiB read moved \(moved.withLock { $0 }) bytes")
         Benchmark("IOChannel_4KiB_read_round_trip", configuration: .init(thresholds: allocations(within: 250))) { benchmark in
             let group = IOGroup()
             for i in benchmark.scaledIterations {
