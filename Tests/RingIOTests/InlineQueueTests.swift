@@ -31,4 +31,19 @@ struct InlineQueueTests {
         queue.append(7)
         #expect(queue.first == 7 && queue.count == 1)
     }
+
+    @Test("modify and withFirst reach the inline element and the ring's in place")
+    func inPlace() {
+        var queue = InlineQueue<[Int]>()
+        #expect(queue.withFirst { $0.count } == nil)
+        queue.append([1])
+        queue.append([2])
+        queue.modify(offset: 0) { $0.append(10) }
+        queue.modify(offset: 1) { $0.append(20) }
+        #expect(queue.withFirst { $0 } == [1, 10])
+        #expect(queue.popFirst() == [1, 10])
+        #expect(queue.withFirst { $0 } == [2, 20] && queue.count == 1)
+        queue.modify(offset: 0) { $0 = [3] }
+        #expect(queue.popFirst() == [3] && queue.isEmpty && queue.popFirst() == nil)
+    }
 }

@@ -6,19 +6,25 @@ import RingIOBase
 ///
 /// The inline element, when there is one, is the oldest: an element goes
 /// inline only when the queue is empty.
+///
+/// `count` and `hasInline` are kept as plain fields: asking an optional
+/// slot whether it is `nil` went through its type's value witnesses on the
+/// ring thread's hot path.
 struct InlineQueue<Element> {
     private var inline: Element?
     private var overflow: RingBuffer<Element>?
+    private var hasInline = false
+    private(set) var count = 0
 
     init() {}
 
-    var count: Int { (inline == nil ? 0 : 1) + (overflow?.count ?? 0) }
-    var isEmpty: Bool { inline == nil && (overflow?.isEmpty ?? true) }
-    var first: Element? { inline ?? overflow?.first }
+    var isEmpty: Bool { count == 0 }
+    var first: Element? { hasInline ? inline : overflow?.first }
 
     mutating func append(_ element: Element) {
-        if inline == nil && (overflow?.isEmpty ?? true) {
+        if count == 0 {
             inline = element
+            hasInline = true
         } else if overflow == nil {
             var ring = RingBuffer<Element>(initialCapacity: 4)
             ring.append(element)
@@ -26,34 +32,42 @@ struct InlineQueue<Element> {
         } else {
             overflow!.append(element)
         }
+        count += 1
     }
 
     mutating func popFirst() -> Element? {
-        // Moved out, not copied and released.
-        if let element = inline.take() { return element }
-        return overflow?.popFirst()
+        guard count > 0 else { return nil }
+        count -= 1
+        if hasInline {
+            hasInline = false
+            // Moved out, not copied and released.
+            return inline.take()
+        }
+        return overflow!.popFirst()
     }
 
     /// `body` of the first element, without copying it; nil when empty.
     @inline(__always)
     func withFirst<R>(_ body: (Element) -> R) -> R? {
-        if inline != nil { return body(inline.unsafelyUnwrapped) }
+        if hasInline { return body(inline.unsafelyUnwrapped) }
         return overflow?.first.map(body)
     }
 
     mutating func removeAll() {
         inline = nil
+        hasInline = false
+        count = 0
         while overflow?.popFirst() != nil {}
     }
 
     /// The element `i` places from the front.
     subscript(offset i: Int) -> Element {
         get {
-            if let inline { return i == 0 ? inline : overflow![offset: i - 1] }
+            if hasInline { return i == 0 ? inline.unsafelyUnwrapped : overflow![offset: i - 1] }
             return overflow![offset: i]
         }
         set {
-            if inline != nil {
+            if hasInline {
                 if i == 0 { inline = newValue } else { overflow![offset: i - 1] = newValue }
             } else {
                 overflow![offset: i] = newValue
@@ -67,7 +81,7 @@ struct InlineQueue<Element> {
     /// allocated on the heap.
     @inline(__always)
     mutating func modify<R>(offset i: Int, _ body: (inout Element) -> R) -> R {
-        if inline != nil {
+        if hasInline {
             if i == 0 { return body(&inline!) }
             return body(&overflow![offset: i - 1])
         }
