@@ -291,3 +291,36 @@ struct EngineTests {
         #expect(calls < UInt64(n / 10), "\(calls) io_uring_enter calls for \(n) requests")
     }
 }
+
+/// Records what its requests reported (`IORequestTarget`).
+private final class RecordingTarget: IORequestTarget {
+    let seen = Locked<[(tag: Int, result: Int32)]>([])
+    let latch = Latch()
+    func requestCompleted(_ request: IORequest, tag: Int, result: Int32) {
+        seen.withLock { $0.append((tag, result)) }
+        latch.signal()
+    }
+}
+
+@Suite("IORequest: completion to a target, with a tag")
+struct IORequestTargetTests {
+    @Test("an engine tells the target once, with the request's tag and result", arguments: allBackends)
+    func engineTellsTarget(backend: IOEngine.Backend) throws {
+        let engine = try makeEngine(backend)
+        let target = RecordingTarget()
+        let request = IORequest(.nop, target: target, tag: 7, owner: nil, mayBlock: false)
+        engine.submit(request)
+        #expect(target.latch.wait())
+        #expect(target.seen.withLock { $0.map(\.tag) } == [7])
+        #expect(target.seen.withLock { $0.map(\.result) } == [0])
+    }
+
+    @Test("`completion` of a target's request tells the target (code that calls the closure still works)")
+    func completionClosureTellsTarget() {
+        let target = RecordingTarget()
+        let request = IORequest(.nop, target: target, tag: 3, owner: nil, mayBlock: false)
+        request.completion(-5)
+        #expect(target.seen.withLock { $0.map(\.tag) } == [3])
+        #expect(target.seen.withLock { $0.map(\.result) } == [-5])
+    }
+}

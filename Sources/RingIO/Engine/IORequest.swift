@@ -23,7 +23,7 @@ import RingIOData
 /// on the engine's thread (the ring thread or a pool worker), so it must be
 /// short and must not block: channels use it to hand results to an `IOQueue`.
 @_spi(Engine)
-// @unchecked: `operation`, `owner` and `completion` are immutable after
+// @unchecked: `operation`, `owner`, `closure`, `target` and `tag` are immutable after
 // init. `engineState` and `worker` are touched only by the engine that
 // owns the request: by the ring thread (io_uring backend) or under the
 // pool's lock (thread-pool backend).
@@ -88,9 +88,16 @@ public final class IORequest: @unchecked Sendable {
 
     public let operation: Operation
     public let owner: AnyObject?
-    /// The completion, for a request made with a closure. A request made
-    /// for a `target` has an empty one: engines call `complete(_:)`.
-    public let completion: @Sendable (Int32) -> Void
+    /// The closure given to `init`; an empty one for a request made for a
+    /// `target`.
+    private let closure: @Sendable (Int32) -> Void
+    /// The completion as a closure. Engines call `complete(_:)`, which
+    /// makes none; for a request made for a `target` this one allocates a
+    /// closure that tells it.
+    public var completion: @Sendable (Int32) -> Void {
+        guard target != nil else { return closure }
+        return { [self] res in complete(res) }
+    }
     /// Told of the completion instead of a closure (see `IORequestTarget`).
     let target: (any IORequestTarget)?
     /// The target's name for this request (a channel operation's slot).
@@ -140,7 +147,7 @@ public final class IORequest: @unchecked Sendable {
         self.operation = operation
         self.owner = owner
         self.mayBlock = mayBlock
-        self.completion = completion
+        self.closure = completion
         self.target = nil
         self.tag = 0
         self.fixedBuffer = nil
@@ -154,7 +161,7 @@ public final class IORequest: @unchecked Sendable {
         self.operation = operation
         self.owner = owner
         self.mayBlock = mayBlock
-        self.completion = completion
+        self.closure = completion
         self.target = nil
         self.tag = 0
         self.fixedBuffer = fixedBuffer
@@ -170,7 +177,7 @@ public final class IORequest: @unchecked Sendable {
         self.operation = operation
         self.owner = owner
         self.mayBlock = mayBlock
-        self.completion = IORequest.noCompletion
+        self.closure = IORequest.noCompletion
         self.target = target
         self.tag = tag
         self.fixedBuffer = fixedBuffer
@@ -187,7 +194,7 @@ public final class IORequest: @unchecked Sendable {
         if let target {
             target.requestCompleted(self, tag: tag, result: res)
         } else {
-            completion(res)
+            closure(res)
         }
     }
 
@@ -196,7 +203,7 @@ public final class IORequest: @unchecked Sendable {
         self.operation = .nop
         self.owner = nil
         self.mayBlock = false
-        self.completion = completion
+        self.closure = completion
         self.target = nil
         self.tag = 0
         self.fixedBuffer = nil
