@@ -67,8 +67,9 @@ final class Interrupts: Sendable {
     static func install() -> Interrupts {
         var fds: [Int32] = [-1, -1]
         if pipe(&fds) != 0 {
-            // No pipe (out of fds): the signals keep their default action, and kill.
-            return Interrupts(readEnd: -1, writeEnd: -1)
+            // Out of fds before anything was copied: say so and stop, as for any file that cannot be opened.
+            writeLine(STDERR_FILENO, "\(programName): cannot create a pipe: \(describe(Errno(rawValue: errno)))")
+            exit(1)
         }
         for fd in fds {
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
@@ -85,14 +86,23 @@ final class Interrupts: Sendable {
         }
         action.sa_flags = SA_RESTART
         sigemptyset(&action.sa_mask)
-        for number in numbers { sigaction(number, &action, nil) }
+        var unblock = sigset_t()
+        sigemptyset(&unblock)
+        for number in numbers {
+            sigaction(number, &action, nil)
+            sigaddset(&unblock, number)
+        }
+        // A parent may have started ringcp with these blocked (a test
+        // runner's spawn does): they would then never reach the handler.
+        // Threads started from here on inherit the mask.
+        pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
         return Interrupts(readEnd: fds[0], writeEnd: fds[1])
     }
 
     /// Says that the copy is over (any thread): `wait` returns.
     func finished() {
         var zero: UInt8 = 0
-        if writeEnd >= 0 { _ = write(writeEnd, &zero, 1) }
+        _ = write(writeEnd, &zero, 1)
     }
 
     /// Waits until `finished`, calling `onSignal` (on this thread) for each
@@ -100,7 +110,6 @@ final class Interrupts: Sendable {
     /// cannot be cancelled is running, and finds the same call still running
     /// `stuckMilliseconds` later, ends ringcp as cp would, killed by it.
     func wait(onSignal: (Int32) -> Void) {
-        guard readEnd >= 0 else { return }
         var pending: [(deadline: UInt64, number: Int32, mark: UInt64)] = []
         while true {
             let now = monotonicMilliseconds()
