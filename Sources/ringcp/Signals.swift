@@ -21,6 +21,17 @@ struct RawArguments {
     private var byText: [String: [FilePath]] = [:]
 
     init() {
+        // Where every argument is UTF-8 (nearly always), each text is its
+        // bytes: no table (building it was a measurable part of start-up).
+        var allUTF8 = true
+        for index in 1..<Int(max(CommandLine.argc, 1)) {
+            guard let argument = CommandLine.unsafeArgv[index] else { continue }
+            if String(validatingCString: argument) == nil {
+                allUTF8 = false
+                break
+            }
+        }
+        if allUTF8 { return }
         for index in 1..<Int(max(CommandLine.argc, 1)) {
             guard let argument = CommandLine.unsafeArgv[index] else { continue }
             byText[String(cString: argument), default: []].append(FilePath(platformString: argument))
@@ -30,7 +41,7 @@ struct RawArguments {
     /// The raw bytes of the next argument that reads as `text` (an operand
     /// the parser gave back), or `text` itself (an option's attached value).
     mutating func path(_ text: String) -> FilePath {
-        guard var candidates = byText[text], !candidates.isEmpty else { return FilePath(text) }
+        guard !byText.isEmpty, var candidates = byText[text], !candidates.isEmpty else { return FilePath(text) }
         let first = candidates.removeFirst()
         byText[text] = candidates
         return first
