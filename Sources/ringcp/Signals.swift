@@ -57,7 +57,7 @@ struct RawArguments {
 /// which has nothing else to do while the copy's tasks run, waits on that
 /// pipe in `wait`, and the copy's end writes a 0 into it. No thread of its
 /// own, no Dispatch source, no Dispatch at all: installing the handlers
-/// costs four system calls. The handlers stay once the copy is over, so a
+/// takes nine system calls. The handlers stay once the copy is over, so a
 /// signal that comes then changes nothing.
 final class Interrupts: Sendable {
     static let numbers = [SIGINT, SIGTERM, SIGHUP]
