@@ -89,6 +89,20 @@ let package = Package(
                 "RingIO",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            // A release ringcp carries the Swift runtime and libraries in its
+            // binary: loading and relocating them as shared libraries took
+            // about 3 ms of every run, longer than cp's whole run (see
+            // Benchmarks/README.md, "Start-up"). Linked by lld, from the
+            // toolchain (gold warns about the glibc functions the static
+            // FoundationEssentials uses). Debug builds (the tests) link them as
+            // shared libraries. Only this executable has these flags: a package
+            // that depends on the RingIO library is not affected.
+            linkerSettings: [
+                .unsafeFlags(["-static-stdlib", "-use-ld=lld"], .when(platforms: [.linux], configuration: .release)),
+                // FoundationEssentials (which ArgumentParser imports) needs these when linked statically.
+                .linkedLibrary("_FoundationCShims", .when(platforms: [.linux], configuration: .release)),
+                .linkedLibrary("_FoundationCollections", .when(platforms: [.linux], configuration: .release)),
             ]
         ),
         .testTarget(

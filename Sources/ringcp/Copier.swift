@@ -109,7 +109,7 @@ final class Copier: Sendable {
                     break
                 }
                 await copyItem(operand.source, to: operand.destination, follow: operand.follow, inNewDirectory: false,
-                               group: &group, running: &running)
+                               alone: operands.count == 1, group: &group, running: &running)
             }
             await group.waitForAll()
         }
@@ -134,8 +134,11 @@ final class Copier: Sendable {
     ///   still catches a race): no need to look.
     /// - Parameter follow: a symlink at `source` is followed (-L, -H on the
     ///   command line, and without -R or -P).
+    /// - Parameter alone: the only item to copy (`ringcp SRC DST`): a small
+    ///   file is copied in this task, not a child task of its own (a task and
+    ///   a thread hop less to start with).
     private func copyItem(_ source: FilePath, to destination: FilePath, follow: Bool, inNewDirectory: Bool,
-                          group: inout TaskGroup<Void>, running: inout Int) async {
+                          alone: Bool = false, group: inout TaskGroup<Void>, running: inout Int) async {
         let status: FileStatus
         do throws(Errno) {
             status = try FileStatus.of(source, followingSymlinks: follow)
@@ -169,7 +172,7 @@ final class Copier: Sendable {
             guard let plan = plan(source, status, to: destination, inNewDirectory: inNewDirectory) else { return }
             // A file with other names (-a, -d) is copied before its second name is linked to the copy.
             let linked = settings.preserve.contains(.links) && (status.links > 1 || follow)
-            if status.size <= Int64(IO.smallFileLimit) && !linked {
+            if status.size <= Int64(IO.smallFileLimit) && !linked && !alone {
                 while running >= settings.jobs {
                     await group.next()
                     running -= 1

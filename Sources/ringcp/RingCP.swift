@@ -4,13 +4,12 @@ import Glibc
 import Musl
 #endif
 import ArgumentParser
-import Dispatch
 import RingIO
 import Synchronization
 import SystemPackage
 
 @main
-struct RingCP: AsyncParsableCommand {
+struct RingCP: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ringcp",
         abstract: "Copy files and directories, through io_uring.",
@@ -168,32 +167,29 @@ struct RingCP: AsyncParsableCommand {
     @Argument(help: "Sources, then the destination.")
     var paths: [String] = []
 
+    /// The values ArgumentParser parsed, as plain options.
+    var options: Options {
+        Options(recursive: recursive, archive: archive, noDereferenceKeepLinks: noDereferenceKeepLinks,
+                noDereference: noDereference, dereference: dereference,
+                dereferenceCommandLine: dereferenceCommandLine, preserve: preserve, preserveLists: preserveLists,
+                noPreserveLists: noPreserveLists, hardLink: hardLink, symbolicLink: symbolicLink,
+                backupShort: backupShort, backupControl: backupControl, suffix: suffix, updateShort: updateShort,
+                update: update, removeDestination: removeDestination, attributesOnly: attributesOnly,
+                copyContents: copyContents, parents: parents, interactive: interactive,
+                keepDirectorySymlink: keepDirectorySymlink, reflink: reflink, sparse: sparse, debug: debug,
+                noClobber: noClobber, force: force, verbose: verbose, noTargetDirectory: noTargetDirectory,
+                targetDirectory: targetDirectory, progress: progress, verify: verify, inPlace: inPlace,
+                direct: direct, jobs: jobs, method: method, paths: paths)
+    }
+
     mutating func validate() throws {
-        if jobs < 1 { throw ValidationError("--jobs must be at least 1") }
-        if CopyMethod(rawValue: method) == nil { throw ValidationError("--method must be 'range', 'kernel' or 'channels'") }
-        if Reflink(rawValue: reflink) == nil { throw ValidationError("invalid argument '\(reflink)' for '--reflink'") }
-        if !["auto", "always", "never"].contains(sparse) { throw ValidationError("invalid argument '\(sparse)' for '--sparse'") }
-        if let update, Update(rawValue: update) == nil { throw ValidationError("invalid argument '\(update)' for '--update'") }
-        if let backupControl, BackupControl(backupControl) == nil {
-            throw ValidationError("invalid argument '\(backupControl)' for 'backup type'")
-        }
-        for list in preserveLists + noPreserveLists {
-            if case .failure(let bad) = Preserve.parse(list) { throw ValidationError("invalid argument '\(bad.word)' for '--preserve'") }
-        }
-        if hardLink && symbolicLink { throw ValidationError("cannot make both hard and symbolic links") }
-        let backup = backupShort || (backupControl.flatMap(BackupControl.init) ?? .none) != .none
-        if backup && (noClobber || update == "none" || update == "none-fail") {
-            throw ValidationError("--backup is mutually exclusive with -n or --update=none")
-        }
-        if reflink == "always" && sparse != "auto" {
-            throw ValidationError("--reflink can be used only with --sparse=auto")
-        }
+        if let reason = options.invalidReason { throw ValidationError(reason) }
     }
 
     /// cp's options that take an optional value (`--preserve`, `--backup`,
     /// `--reflink`, `--update`) given without one get their default, which
     /// the parser cannot do itself.
-    static func main() async {
+    static func main() {
         var arguments: [String] = []
         var operandsOnly = false
         for var argument in CommandLine.arguments.dropFirst() {
@@ -227,13 +223,30 @@ struct RingCP: AsyncParsableCommand {
             }
             arguments.append(argument)
         }
+        Glibc.exit(parse(arguments).execute())
+    }
+
+    /// The options `arguments` (already expanded by `main`) ask for: by the
+    /// fast parser where it can, else by ArgumentParser, which also prints
+    /// help, the version and every error (and exits).
+    static func parse(_ arguments: [String]) -> Options {
+        switch Options.parseFast(arguments) {
+        case .version?:
+            print(configuration.version)
+            Glibc.exit(0)
+        case .run(let options)?:
+            return options
+        case nil:
+            break
+        }
         do {
             var command = try parseAsRoot(arguments)
-            if var asyncCommand = command as? AsyncParsableCommand {
-                try await asyncCommand.run()
-            } else {
+            guard let ringcp = command as? RingCP else {
+                // The parser's own commands (help): they print and exit.
                 try command.run()
+                Glibc.exit(0)
             }
+            return ringcp.options
         } catch {
             // --help and the like: as the parser has them. A bad command line:
             // one line and exit 1, as cp (the parser would exit 64).
@@ -270,182 +283,4 @@ struct RingCP: AsyncParsableCommand {
         let matches = longOptions.filter { $0.hasPrefix(name) }
         return matches.count == 1 ? "--" + matches[0] + rest : argument
     }
-
-    /// The settings the flags make, by cp's rules (later flags do not override earlier ones
-    /// here, but each has one meaning).
-    func makeSettings() -> Settings {
-        var settings = Settings(method: CopyMethod(rawValue: method) ?? .range, direct: direct,
-                                recursive: recursive || archive,
-                                noClobber: noClobber && !(interactive && RingCP.interactiveLast == true),
-                                force: force && !noClobber, verbose: verbose, inPlace: inPlace, verify: verify, jobs: jobs)
-        if preserve { settings.preserve.formUnion(.standard) }
-        if archive { settings.preserve.formUnion(.all) }
-        if noDereferenceKeepLinks { settings.preserve.insert(.links) }
-        // --preserve and --no-preserve in the order given: the later one wins.
-        for (list, keep) in RingCP.preserveOrder {
-            guard case .success(let set) = Preserve.parse(list) else { continue }
-            if keep {
-                settings.preserve.formUnion(set)
-                settings.defaultModes.subtract(set)
-            } else {
-                settings.preserve.subtract(set)
-                settings.defaultModes.formUnion(set)
-            }
-        }
-        settings.dereference = settings.recursive || noDereference || noDereferenceKeepLinks || archive ? .never : .always
-        if dereferenceCommandLine { settings.dereference = .commandLine }
-        if dereference { settings.dereference = .always }
-        if noDereference || noDereferenceKeepLinks { settings.dereference = .never }
-        settings.link = hardLink ? .hard : symbolicLink ? .symbolic : .none
-        // -l follows the symlinks it is given (with -R: those on the command line), unless told otherwise.
-        if hardLink && !(noDereference || noDereferenceKeepLinks || dereference || dereferenceCommandLine || archive) {
-            settings.dereference = settings.recursive ? .commandLine : .always
-        }
-        if let update { settings.update = Update(rawValue: update) ?? .all }
-        if updateShort { settings.update = .older }
-        if let backupControl { settings.backup = BackupControl(backupControl) ?? .existing }
-        if backupShort && backupControl == nil {
-            settings.backup = ProcessEnvironment.value("VERSION_CONTROL").flatMap(BackupControl.init) ?? .existing
-        }
-        if settings.backup == .none && suffix != nil && backupShort { settings.backup = .existing }
-        settings.suffix = suffix ?? ProcessEnvironment.value("SIMPLE_BACKUP_SUFFIX") ?? "~"
-        settings.removeDestination = removeDestination
-        settings.attributesOnly = attributesOnly
-        settings.copyContents = copyContents
-        settings.parents = parents
-        settings.interactive = interactive && !(noClobber && RingCP.interactiveLast == false)
-        settings.keepDirectorySymlink = keepDirectorySymlink
-        settings.reflink = Reflink(rawValue: reflink) ?? .auto
-        settings.sparseNever = sparse == "never"
-        settings.sparseAlways = sparse == "always"
-        settings.debug = debug
-        settings.posixlyCorrect = ProcessEnvironment.value("POSIXLY_CORRECT") != nil
-        return settings
-    }
-
-    func run() async throws {
-        // The operands as the kernel gave them: a name that is not UTF-8
-        // reaches the file system byte for byte (the parser saw it repaired).
-        var raw = RawArguments()
-        let rawTargetDirectory = targetDirectory.map { raw.path($0) }
-        var rawOperands = paths.map { raw.path($0) }
-        var sources = paths
-        let target: String
-        let rawTarget: FilePath
-        if let directory = targetDirectory, let rawDirectory = rawTargetDirectory {
-            if noTargetDirectory { fail("cannot combine --target-directory (-t) and --no-target-directory (-T)") }
-            target = directory
-            rawTarget = rawDirectory
-        } else {
-            guard paths.count >= 2 else {
-                fail(paths.isEmpty ? "missing file operand" : "missing destination file operand after '\(paths[0])'")
-            }
-            target = sources.removeLast()
-            rawTarget = rawOperands.removeLast()
-        }
-        if sources.isEmpty { fail("missing file operand") }
-
-        // What goes where, by cp's rules.
-        let settings = makeSettings()
-        var pairs: [(FilePath, FilePath)] = []
-        var targetError: Errno?
-        var targetIsDirectory = false
-        do throws(Errno) {
-            targetIsDirectory = try FileStatus.ifPresent(rawTarget, followingSymlinks: true)?.kind == .directory
-        } catch {
-            targetError = error
-        }
-        if targetDirectory != nil, let targetError {
-            // An unsearchable directory on the way: the reason, not "not a directory".
-            failPlain("target directory '\(target)': \(describe(targetError))")
-        }
-        var madeParents: [(made: FilePath, from: FilePath)] = []
-        if parents {
-            guard targetIsDirectory else { fail("with --parents, the destination must be a directory") }
-            for source in rawOperands {
-                // Nothing made for a source that is not there (`f/g` with f a file): its copy reports it.
-                guard (try? FileStatus.of(source, followingSymlinks: false)) != nil else { continue }
-                // The source's directories under the target, made as needed:
-                // owner-only until the end, then their modes (and more, with -p) as cp gives them.
-                var directory = rawTarget
-                var sourceDirectory = FilePath(root: source.root, [])
-                for component in source.removingLastComponent().components {
-                    directory = directory.appending(component)
-                    sourceDirectory = sourceDirectory.appending(component)
-                    // With -p, cp gives the source's attributes to those that were there too.
-                    if FS.mkdir(directory, 0o700) == 0 || (errno == EEXIST && !settings.preserve.isEmpty) {
-                        madeParents.append((directory, sourceDirectory))
-                    } else if errno != EEXIST {
-                        failPlain("cannot make directory '\(directory)': \(describe(Errno(rawValue: errno)))")
-                    }
-                }
-            }
-            pairs = rawOperands.map { ($0, rawTarget.pushing(FilePath(root: nil, $0.components))) }
-        } else if noTargetDirectory {
-            if sources.count > 1 { fail("extra operand '\(sources[1])'") }
-            pairs = [(rawOperands[0], rawTarget)]
-        } else if targetIsDirectory {
-            pairs = rawOperands.map { ($0, joined(rawTarget, lastComponentOf: $0)) }
-        } else if targetDirectory != nil || sources.count > 1 {
-            fail("target '\(target)' is not a directory")
-        } else {
-            pairs = [(rawOperands[0], rawTarget)]
-        }
-        // "name/" that is not a directory takes only a directory (FilePath drops the slash).
-        if !targetIsDirectory && target.hasSuffix("/"),
-           let kind = try? FileStatus.of(rawOperands[0], followingSymlinks: !recursive).kind, kind != .directory {
-            failPlain("cannot create regular file '\(target)': Not a directory")
-        }
-        // "link/" names what the link points to, whatever -P says.
-        let follow = zip(sources, rawOperands).map { text, _ in settings.dereference != .never || text.hasSuffix("/") }
-        let showProgress = progress ?? (isatty(STDOUT_FILENO) == 1)
-        let bar = showProgress ? Progress(totalBytes: Copier.totalBytes(of: pairs.map(\.0), recursive: settings.recursive)) : nil
-        let copier = Copier(settings: settings, progress: bar)
-        for (made, from) in madeParents { copier.madeDirectory(made, for: from) }
-
-        // Signals are caught before the first byte moves.
-        let stop = StopSwitch()
-        let signals = await Interrupts.start { number in
-            stop.fire(number)
-            // A call that waits without end (a FIFO's open with no reader)
-            // cannot be cancelled: if it is still the same one a moment
-            // later, ringcp ends as cp would, killed by the signal.
-            guard let mark = Blocking.stuckMark else { return }
-            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(250)) {
-                guard Blocking.stuckMark == mark else { return }
-                signal(number, SIG_DFL)
-                raise(number)
-                _exit(128 + number)
-            }
-        }
-        let operands = zip(pairs, follow).map { Copier.Operand(source: $0.0, destination: $0.1, follow: $1) }
-        let work = Task { await copier.copy(operands) }
-        stop.attach(work)
-        await work.value
-        signals.stop()
-        bar?.finish()
-        if let bar, !copier.interrupted {
-            let seconds = bar.elapsedSeconds
-            let rate = Double(bar.bytesDone) / max(seconds, 1e-9)
-            print("copied \(formatBytes(bar.bytesDone)) in \(fixed(seconds, 2)) s (\(formatBytes(Int64(rate)))/s)")
-        }
-        if copier.interrupted {
-            copier.report("interrupted; nothing half-copied is left behind")
-            throw ExitCode(128 + (stop.signal ?? SIGINT))
-        }
-        if copier.failed { throw ExitCode.failure }
-    }
-
-    /// A message and exit 1, without the usage hint.
-    private func failPlain(_ message: String) -> Never {
-        writeLine(STDERR_FILENO, "\(programName): \(message)")
-        Glibc.exit(1)
-    }
-
-    private func fail(_ message: String) -> Never {
-        var text = "\(programName): \(message)\nTry '\(programName) --help' for more information.\n"
-        text.withUTF8 { _ = write(STDERR_FILENO, $0.baseAddress, $0.count) }
-        Glibc.exit(1)
-    }
 }
-

@@ -41,7 +41,7 @@ enum Verify {
         }
         left.close(stop: true)
         right.close(stop: true)
-        await closed.done()  // the fds are closed only after both channels let go of them
+        await closed.wait()  // the fds are closed only after both channels let go of them
         return try outcome.get()
     }
 

@@ -16,7 +16,8 @@ package enum PoolJob: Sendable {
 /// The library's own worker threads, shared by every `IOQueue`.
 ///
 /// The pool starts with one thread per core (at least two), created on demand.
-/// A watchdog thread notices when jobs are waiting, no worker is idle and no
+/// A watchdog thread (started the first time a job has to wait for a busy
+/// worker) notices when jobs are waiting, no worker is idle and no
 /// job has been started for `stallNanoseconds`: every worker is then blocked
 /// (in a `sync`, a semaphore, a slow syscall in a handler), and the watchdog
 /// adds one thread, up to `maximumThreads`. Threads beyond the base number exit
@@ -86,29 +87,44 @@ package final class WorkerPool: @unchecked Sendable {
             threads += 1
             spawn = true
         }
-        // The watchdog polls while the pool is in use; it sleeps only after a
-        // second of complete idleness, and the next submit wakes it.
+        // The watchdog starts the first time a job may wait for a busy
+        // worker: more jobs queued than idle, polling or new workers to take
+        // them. Until then no stall is possible (a program that never has two
+        // jobs at once never starts it). From then on it polls while the
+        // pool is in use; it sleeps only after a second of complete idleness,
+        // and the next submit wakes it.
         if !watchdogRunning {
-            watchdogRunning = true
-            spawnWatchdog = true
+            if jobs.count > idle + (spinning ? 1 : 0) + (spawn ? 1 : 0) {
+                watchdogRunning = true
+                spawnWatchdog = true
+            }
         } else if watchdogAsleep {
             watchdogAsleep = false
             watchdogCondition.signal()
         }
         lock.unlock()
         if spawn { startWorker(extra: false) }
-        if spawnWatchdog {
-            if spawnThread(name: "ringio-watchdog", { [self] in watchdogLoop() }) != 0 {
-                lock.withLock { watchdogRunning = false }
-            }
+        if spawnWatchdog { startWatchdog() }
+    }
+
+    private func startWatchdog() {
+        if spawnThread(name: "ringio-watchdog", { [self] in watchdogLoop() }) != 0 {
+            lock.withLock { watchdogRunning = false }
         }
     }
 
     private func startWorker(extra: Bool) {
         let rc = spawnThread(name: "ringio-worker") { [self] in workerLoop(extra: extra) }
         if rc != 0 {
-            // No thread (resource limit): the work waits for the existing ones.
-            lock.withLock { threads -= 1 }
+            // No thread (resource limit): the work waits for the existing
+            // ones, and the watchdog tries again later.
+            let watchdog = lock.withLock { () -> Bool in
+                threads -= 1
+                if watchdogRunning { return false }
+                watchdogRunning = true
+                return true
+            }
+            if watchdog { startWatchdog() }
         }
     }
 
