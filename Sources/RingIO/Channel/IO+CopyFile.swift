@@ -172,6 +172,8 @@ enum PathRequest {
         /// What the final destination is, when it was stat'ed (a rename at
         /// the end) and exists: a FIFO or a device there is written in place.
         var destinationKind: FileKind? = nil
+        /// The target was created by this copy (`O_EXCL`): a failed copy removes it.
+        var created = false
     }
 
     /// The source's stat and both files open. With `permissions` and
@@ -264,10 +266,11 @@ enum PathRequest {
                 return completion(.failure(IOError(.openForReading, path: paths.source, side: .source, errno: .isDirectory)))
             }
             let mode = permissions?.rawValue ?? CModeT(info.mode & 0o7777)
+            // Linked: a source that cannot be opened (a socket: ENXIO) leaves no new file behind.
             memory.submit(engine: engine, [
                 .openat(directory: AT_FDCWD, path: memory.paths[0], flags: O_RDONLY | O_CLOEXEC | O_NOCTTY, mode: 0),
                 .openat(directory: AT_FDCWD, path: memory.paths[1], flags: targetFlags, mode: UInt32(mode)),
-            ], linked: false, mayBlock: true) { opened in finish([stat[0]] + opened + stat.dropFirst()) }
+            ], linked: true, mayBlock: true) { opened in finish([stat[0]] + opened + stat.dropFirst()) }
         }
     }
 

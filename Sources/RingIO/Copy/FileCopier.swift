@@ -183,10 +183,19 @@ public struct FileCopier: Sendable {
             let paths = PathRequest.Paths(source: source, target: target, destination: atomic ? destination : nil)
             var pair: PathRequest.Pair
             let chain = (strategy == .automatic || strategy == .chain) && reflink != .always && sparse != .always && !directIO
-            let outcome = await withUnsafeContinuation { (continuation: UnsafeContinuation<SmallFileCopy.Outcome, Never>) in
-                SmallFileCopy(paths: paths, permissions: permissions, createNew: created, noReplace: exclusive,
-                              chain: chain, sync: sync == .beforeRename, readable: directIO,
-                              engine: engine) { continuation.resume(returning: $0) }.start()
+            // Regular files: the whole small copy on one pool worker (SmallFileCopy+Blocking.swift);
+            // anything else (a FIFO, a device) through the engine.
+            let outcome: SmallFileCopy.Outcome
+            if getenv("RINGIO_AB_ENGINE") == nil, let done = await SmallFileCopy.blocking(paths, permissions: permissions, createNew: created,
+                                                       noReplace: exclusive, chain: chain,
+                                                       sync: sync == .beforeRename, readable: directIO) {
+                outcome = done
+            } else {
+                outcome = await withUnsafeContinuation { (continuation: UnsafeContinuation<SmallFileCopy.Outcome, Never>) in
+                    SmallFileCopy(paths: paths, permissions: permissions, createNew: created, noReplace: exclusive,
+                                  chain: chain, sync: sync == .beforeRename, readable: directIO,
+                                  engine: engine) { continuation.resume(returning: $0) }.start()
+                }
             }
             switch outcome {
             case .copied(let bytes):
@@ -235,7 +244,7 @@ public struct FileCopier: Sendable {
                 }
                 return Outcome(bytes: bytes, strategy: how, replace: atomic ? .atomic : .inPlace)
             } catch {
-                if atomic || exclusive { _ = target.withPlatformString { unlink($0) } }
+                if atomic || exclusive || pair.created { _ = target.withPlatformString { unlink($0) } }
                 throw error
             }
         }
