@@ -174,7 +174,8 @@ enum PathRequest {
         let input: Int32
         let output: Int32
         /// What the final destination is, when it was stat'ed (a rename at
-        /// the end) and exists: a FIFO or a device there is written in place.
+        /// the end) and exists, or what the existing target opened in place
+        /// is: a FIFO or a device there is written in place, as a stream.
         var destinationKind: FileKind? = nil
         /// The target was created by this copy (`O_EXCL`): a failed copy removes it.
         var created = false
@@ -249,6 +250,9 @@ enum PathRequest {
                     close(output)
                     return completion(.failure(failure))
                 }
+                // What is written in place: a FIFO or a device streams, never takes the chain.
+                var pair = pair
+                pair.destinationKind = FileKind(mode: b.st_mode)
                 completion(.success(pair))
             }
         }

@@ -137,7 +137,8 @@ private struct BlockingCopy {
                 return failure
             }
             if status.st_mode & S_IFMT != S_IFREG {
-                return .notSmall(PathRequest.Pair(info: FileInfo(sourceStatus), input: input, output: output))
+                return .notSmall(PathRequest.Pair(info: FileInfo(sourceStatus), input: input, output: output,
+                                                  destinationKind: FileKind(mode: status.st_mode)))
             }
         }
         let size = Int(sourceStatus.st_size)
