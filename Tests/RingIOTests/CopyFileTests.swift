@@ -162,6 +162,81 @@ struct CopyFileTests {
         #expect(Self.leftovers(mountPoint, keeping: ["filler", "dst"]) == [])
     }
 
+    @Test("a full disk, in place into a new file: ENOSPC, and the file the copy created is removed",
+          arguments: allBackends, [100 << 10, 3 << 20])
+    func fullDiskInPlace(backend: IOEngine.Backend, size: Int) async throws {
+        let engine = try makeEngine(backend)
+        let (dir, mountPoint) = try FullFilesystemTests.smallFilesystem()
+        defer { umount2(mountPoint, Int32(MNT_DETACH)); _ = dir }
+        try writeFile(mountPoint + "/filler", [UInt8](repeating: 1, count: 960 << 10))
+        try writeFile(dir.file("src"), randomBytes(size, seed: 4))
+        await expectCopyError(.noSpace, side: .destination) {
+            try await IO.copyFile(from: FilePath(dir.file("src")), to: FilePath(mountPoint + "/new"),
+                                  options: .init(), engine: engine)
+        }
+        #expect(Self.leftovers(mountPoint, keeping: ["filler"]) == [], "no partial destination")
+        #expect(try readFile(dir.file("src")) == randomBytes(size, seed: 4))
+    }
+
+    @Test("a socket source fails on the source side (ENXIO) and creates nothing, in place or atomically",
+          arguments: allBackends)
+    func socketSource(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let socketPath = dir.file("sock")
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(fd >= 0)
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            let bytes = Array(socketPath.utf8.prefix(raw.count - 1))
+            raw.copyBytes(from: bytes)
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        #expect(bound == 0)
+        for atomically in [false, true] {
+            await expectCopyError(.noSuchAddressOrDevice, side: .source) {
+                try await IO.copyFile(from: FilePath(socketPath), to: FilePath(dir.file("dst")),
+                                      options: .init(atomically: atomically), engine: engine)
+            }
+        }
+        #expect(Self.leftovers(dir.path, keeping: ["sock"]) == [], "nothing created")
+    }
+
+    @Test("a file whose stat says 0 bytes (procfs) is copied whole; an empty file stays empty", arguments: allBackends)
+    func procfsSource(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let copied = try await IO.copyFile(from: "/proc/version", to: FilePath(dir.file("version")), options: .init(),
+                                           engine: engine)
+        let expected = try readFile("/proc/version")
+        #expect(!expected.isEmpty && copied == Int64(expected.count))
+        #expect(try readFile(dir.file("version")) == expected)
+        try writeFile(dir.file("empty"), [])
+        try writeFile(dir.file("dst"), Array("old".utf8))
+        #expect(try await IO.copyFile(from: FilePath(dir.file("empty")), to: FilePath(dir.file("dst")), options: .init(),
+                                      engine: engine) == 0)
+        #expect(try readFile(dir.file("dst")) == [])
+    }
+
+    @Test("a copy awaited from a task on a queue resumes on that queue", arguments: allBackends, [4096, 1 << 20])
+    func resumesOnTheTaskExecutor(backend: IOEngine.Backend, size: Int) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        try writeFile(dir.file("src"), randomBytes(size, seed: 8))
+        let queue = IOQueue(label: "copy-resume")
+        let (source, destination) = (FilePath(dir.file("src")), FilePath(dir.file("dst")))
+        let onQueue = try await withTaskExecutorPreference(queue) { () async throws -> Bool in
+            try await IO.copyFile(from: source, to: destination, options: .init(), engine: engine)
+            return queue.isCurrent
+        }
+        #expect(onQueue)
+        #expect(try readFile(dir.file("dst")) == randomBytes(size, seed: 8))
+    }
+
     @Test("copyRanges copies the ranges in the kernel, holes stay holes, progress adds up", arguments: allBackends)
     func copyRanges(backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)

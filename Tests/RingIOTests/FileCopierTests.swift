@@ -97,8 +97,9 @@ struct FileCopierTests {
     }
 
     @Test("a FIFO destination is written in place, never renamed over: its reader gets the bytes once",
-          arguments: allBackends, [100, 3 << 20])
-    func fifoDestination(backend: IOEngine.Backend, size: Int) async throws {
+          arguments: allBackends, [(100, FileCopier.Replace.atomic), (3 << 20, .atomic), (100, .inPlace)])
+    func fifoDestination(backend: IOEngine.Backend, sizeAndReplace: (Int, FileCopier.Replace)) async throws {
+        let (size, replace) = sizeAndReplace
         let engine = try makeEngine(backend)
         let dir = TemporaryDirectory()
         let bytes = randomBytes(size, seed: 11)
@@ -121,7 +122,8 @@ struct FileCopierTests {
             received.withLock { $0 = all }
             done.leave()
         }
-        let outcome = try await Self.copier(engine).copy(from: FilePath(dir.file("src")), to: FilePath(fifoPath))
+        let outcome = try await Self.copier(engine) { $0.replace = replace }.copy(from: FilePath(dir.file("src")),
+                                                                               to: FilePath(fifoPath))
         await done.wait()
         #expect(outcome.strategy == .stream && outcome.replace == .inPlace)
         #expect(received.withLock { $0 } == bytes)

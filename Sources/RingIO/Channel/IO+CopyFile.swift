@@ -31,9 +31,9 @@ extension IO {
         }
     }
 
-    /// Files up to this size are copied with one batch of opens and one
-    /// linked chain of requests (read, write, close, close, rename): two
-    /// trips through the engine.
+    /// Regular files up to this size are copied whole by one worker of
+    /// `IOQueue.global` (stat, open, create, read, write, close, rename in
+    /// plain system calls): one hand-off in, one completion out.
     public static let smallFileLimit = 256 << 10
 
     /// A free name beside `path` for a temporary file:
@@ -99,14 +99,17 @@ extension IO {
     /// `.inPlace`), `exclusive` and `permissions` as given, the strategy
     /// chosen per file.
     ///
-    /// A regular file of at most `smallFileLimit` bytes takes two trips
-    /// through the engine: its two opens in one batch, then one linked chain
-    /// that reads it whole, writes it, closes both files and (with
-    /// `atomically`) renames the new file into place. Many such copies
-    /// running at once share each `io_uring_enter`; the copy holds the bytes
-    /// the stat counted. A larger regular file is copied inside the kernel
+    /// A regular file of at most `smallFileLimit` bytes is copied by one
+    /// worker of `IOQueue.global`, in plain system calls: the stats, both
+    /// opens, one read of the whole file, one write, both closes and (with
+    /// `atomically`) the rename of the new file into place; the caller's
+    /// task is handed over once and resumed once, on its own executor.
+    /// (io_uring would run each path operation on an io-wq worker, a thread
+    /// hop each.) The copy holds the bytes the stat counted. A larger
+    /// regular file is opened the same way, then copied inside the kernel
     /// (`copy_file_range`, else splices, else two channels); a FIFO or a
-    /// device on either side streams, in place.
+    /// device on either side is opened through the engine and streams, in
+    /// place.
     ///
     /// The destination is compared with the source (device and inode)
     /// before anything is truncated: a copy onto the source itself, or onto
@@ -119,8 +122,9 @@ extension IO {
     ///   empty path or the same file on both sides, `EISDIR` for a
     ///   directory, `EEXIST` when `exclusive` finds the destination; the
     ///   stat, open, read, write, close or rename error; `ECANCELED` when the
-    ///   task is cancelled. With `atomically` (or `exclusive`), a failed copy
-    ///   removes the file it created. Match it by errno: `catch Errno.noSpace`.
+    ///   task is cancelled. A failed copy removes the file it created (the
+    ///   temporary with `atomically`; in place, a destination that was not
+    ///   there before). Match it by errno: `catch Errno.noSpace`.
     @discardableResult
     public static func copyFile(from source: FilePath, to destination: FilePath, options: CopyOptions,
                                 engine: IOEngine = .shared) async throws(IOError) -> Int64 {
@@ -170,8 +174,11 @@ enum PathRequest {
         let input: Int32
         let output: Int32
         /// What the final destination is, when it was stat'ed (a rename at
-        /// the end) and exists: a FIFO or a device there is written in place.
+        /// the end) and exists, or what the existing target opened in place
+        /// is: a FIFO or a device there is written in place, as a stream.
         var destinationKind: FileKind? = nil
+        /// The target was created by this copy (`O_EXCL`): a failed copy removes it.
+        var created = false
     }
 
     /// The source's stat and both files open. With `permissions` and
@@ -243,6 +250,9 @@ enum PathRequest {
                     close(output)
                     return completion(.failure(failure))
                 }
+                // What is written in place: a FIFO or a device streams, never takes the chain.
+                var pair = pair
+                pair.destinationKind = FileKind(mode: b.st_mode)
                 completion(.success(pair))
             }
         }
@@ -264,10 +274,11 @@ enum PathRequest {
                 return completion(.failure(IOError(.openForReading, path: paths.source, side: .source, errno: .isDirectory)))
             }
             let mode = permissions?.rawValue ?? CModeT(info.mode & 0o7777)
+            // Linked: a source that cannot be opened (a socket: ENXIO) leaves no new file behind.
             memory.submit(engine: engine, [
                 .openat(directory: AT_FDCWD, path: memory.paths[0], flags: O_RDONLY | O_CLOEXEC | O_NOCTTY, mode: 0),
                 .openat(directory: AT_FDCWD, path: memory.paths[1], flags: targetFlags, mode: UInt32(mode)),
-            ], linked: false, mayBlock: true) { opened in finish([stat[0]] + opened + stat.dropFirst()) }
+            ], linked: true, mayBlock: true) { opened in finish([stat[0]] + opened + stat.dropFirst()) }
         }
     }
 

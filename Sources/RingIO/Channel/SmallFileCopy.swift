@@ -7,11 +7,13 @@ import CLiburing
 import SystemPackage
 @_spi(Engine) import RingIOEngine
 
-/// The small-file path of `IO.copyFile`: the stat and both opens in one
-/// batch, then, for a small regular file, one linked chain that reads it
-/// whole, writes it, closes both and renames the new file into place. Each
-/// step is submitted from the previous one's completion, on the engine's
-/// thread; the caller hears once, at the end.
+/// The engine's path of `IO.copyFile`, for what the pool worker's path
+/// (SmallFileCopy+Blocking.swift) leaves to it, a FIFO or a device on
+/// either side: the stat and both opens in one batch (a FIFO's open waits
+/// on io-wq, not on a pool worker), then, for a small regular file, one
+/// linked chain that reads it whole, writes it, closes both and renames the
+/// new file into place. Each step is submitted from the previous one's
+/// completion, on the engine's thread; the caller hears once, at the end.
 struct SmallFileCopy: Sendable {
     enum Outcome: Sendable {
         case copied(Int64)

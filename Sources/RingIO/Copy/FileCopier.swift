@@ -7,8 +7,8 @@ import SystemPackage
 import RingIOBase
 @_spi(Engine) import RingIOEngine
 
-/// RingIO's one way to copy a file's bytes: it chooses how (a linked chain
-/// for a small file, `copy_file_range`, splices, channels, a stream for a
+/// RingIO's one way to copy a file's bytes: it chooses how (one pool
+/// worker's read and write for a small file, `copy_file_range`, splices, channels, a stream for a
 /// FIFO or a device, a reflink when asked), replaces the destination by one
 /// policy, reports progress, and reports errors as `IOError`s that name the
 /// side, the path and the errno.
@@ -37,8 +37,9 @@ import RingIOBase
 /// old file or the whole new one.
 ///
 /// **Strategies** (`Outcome.strategy` says which ran): a regular file of at
-/// most `IO.smallFileLimit` bytes takes one batch of opens and one linked
-/// chain (`.chain`); a larger one is sized first, then its data (holes
+/// most `IO.smallFileLimit` bytes is copied by one worker of
+/// `IOQueue.global` in plain system calls, opens, read, write, closes and
+/// rename, with one hand-off in and one out (`.chain`); a larger one is sized first, then its data (holes
 /// skipped, `SEEK_DATA`) is copied with `copy_file_range` inside the kernel
 /// (`.copyFileRange`), falling back to splices through pipes (`.splice`)
 /// where the file systems cannot, then to two random channels
@@ -69,7 +70,8 @@ public struct FileCopier: Sendable {
     public enum Strategy: String, Sendable, Hashable, CustomStringConvertible {
         /// The copier chooses (a request only: an outcome names what ran).
         case automatic
-        /// A small regular file: read whole and written by one linked chain of requests.
+        /// A small regular file: read whole and written by one pool worker
+        /// (with its opens, closes and rename: no other thread takes part).
         case chain
         /// `copy_file_range(2)` inside the kernel.
         case copyFileRange = "copy_file_range"
@@ -90,7 +92,7 @@ public struct FileCopier: Sendable {
     public enum Reflink: Sendable, Hashable {
         case never
         /// Where the file system can; a copy otherwise. A file of at most
-        /// `IO.smallFileLimit` bytes is copied by the chain, not cloned.
+        /// `IO.smallFileLimit` bytes is copied (`.chain`), not cloned.
         case auto
         /// Or fail (`.copy`, with the ioctl's errno, such as `EOPNOTSUPP` or `EXDEV`).
         case always
@@ -183,10 +185,19 @@ public struct FileCopier: Sendable {
             let paths = PathRequest.Paths(source: source, target: target, destination: atomic ? destination : nil)
             var pair: PathRequest.Pair
             let chain = (strategy == .automatic || strategy == .chain) && reflink != .always && sparse != .always && !directIO
-            let outcome = await withUnsafeContinuation { (continuation: UnsafeContinuation<SmallFileCopy.Outcome, Never>) in
-                SmallFileCopy(paths: paths, permissions: permissions, createNew: created, noReplace: exclusive,
-                              chain: chain, sync: sync == .beforeRename, readable: directIO,
-                              engine: engine) { continuation.resume(returning: $0) }.start()
+            // Regular files: the whole small copy on one pool worker (SmallFileCopy+Blocking.swift);
+            // anything else (a FIFO, a device) through the engine.
+            let outcome: SmallFileCopy.Outcome
+            if let done = await SmallFileCopy.blocking(paths, permissions: permissions, createNew: created,
+                                                       noReplace: exclusive, chain: chain,
+                                                       sync: sync == .beforeRename, readable: directIO) {
+                outcome = done
+            } else {
+                outcome = await withUnsafeContinuation { (continuation: UnsafeContinuation<SmallFileCopy.Outcome, Never>) in
+                    SmallFileCopy(paths: paths, permissions: permissions, createNew: created, noReplace: exclusive,
+                                  chain: chain, sync: sync == .beforeRename, readable: directIO,
+                                  engine: engine) { continuation.resume(returning: $0) }.start()
+                }
             }
             switch outcome {
             case .copied(let bytes):
@@ -235,7 +246,7 @@ public struct FileCopier: Sendable {
                 }
                 return Outcome(bytes: bytes, strategy: how, replace: atomic ? .atomic : .inPlace)
             } catch {
-                if atomic || exclusive { _ = target.withPlatformString { unlink($0) } }
+                if atomic || exclusive || pair.created { _ = target.withPlatformString { unlink($0) } }
                 throw error
             }
         }
