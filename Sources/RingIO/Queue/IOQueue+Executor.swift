@@ -22,15 +22,20 @@ extension IOQueue: SerialExecutor, TaskExecutor {
         let job = UnownedJob(job)
         switch kind {
         case .serial:
-            async {
-                job.runSynchronously(
-                    isolatedTo: self.asUnownedSerialExecutor(),
-                    taskExecutor: self.asUnownedTaskExecutor()
-                )
-            }
+            // The job itself is the item (no closure around it). On the ring
+            // queue, from the ring thread (a task resumed by a completion
+            // during a reap), it joins the reap's batch and runs on the ring
+            // thread right after the reap, with no wake-up.
+            enqueue(.job(job))
         case .concurrent:
             async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
         }
+    }
+
+    /// Runs a job item of this serial queue (its drain's thread, which owns it).
+    @inline(__always)
+    func runSerialJob(_ job: UnownedJob) {
+        job.runSynchronously(isolatedTo: asUnownedSerialExecutor(), taskExecutor: asUnownedTaskExecutor())
     }
 
     /// - Precondition: the queue is serial; a concurrent queue cannot isolate an actor.

@@ -38,10 +38,14 @@ public final class IOQueue: Sendable {
     enum Item: Sendable {
         case work(@Sendable () -> Void, barrier: Bool)
         case sync(SyncWaiter, barrier: Bool)
+        /// A task's or an actor's job (serial queues only: `enqueue(_:)` of
+        /// `IOQueue+Executor.swift`), kept as is: no closure to allocate.
+        case job(UnownedJob)
 
         var isBarrier: Bool {
             switch self {
             case .work(_, let barrier), .sync(_, let barrier): return barrier
+            case .job: return false
             }
         }
     }
@@ -109,7 +113,7 @@ public final class IOQueue: Sendable {
         enqueue(.work(work, barrier: kind == .concurrent))
     }
 
-    private func enqueue(_ item: Item) {
+    func enqueue(_ item: Item) {
         // The ring thread reaping: handed over with the rest of the reap
         // (IOQueue+Batch.swift).
         if let batch = DeliveryBatch.active { return batch.add(self, item) }
@@ -240,6 +244,9 @@ public final class IOQueue: Sendable {
             WorkerPool.shared.submit(.concurrent(self, work, barrier: barrier))
         case .sync(let waiter, _):
             waiter.grant()
+        case .job(let job):
+            WorkerPool.shared.submit(.concurrent(self, { job.runSynchronously(on: self.asUnownedTaskExecutor()) },
+                                                 barrier: false))
         }
     }
 

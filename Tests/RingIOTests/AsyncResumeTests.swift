@@ -1,0 +1,123 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import SystemPackage
+import Synchronization
+import Testing
+@_spi(Engine) @testable import RingIO
+@testable import RingIOEngine
+@testable import RingIOBase
+
+/// How awaited reads and writes wait and resume: the cancellation link,
+/// what they keep alive, and tasks whose executor is an `IOQueue`.
+@Suite("IOChannel: async resume")
+struct AsyncResumeTests {
+    @Test("a task cancelled before it awaits a read of an empty pipe throws .canceled at once and consumes nothing",
+          arguments: allBackends, [false, true])
+    func cancelledBeforeRead(backend: IOEngine.Backend, onRing: Bool) async throws {
+        let engine = try makeEngine(backend)
+        let pipe = try TestPipe()
+        defer { pipe.closeAll() }
+        let queue = onRing ? engine.queue : IOQueue(label: "cancelled-first")
+        let channel = IOChannel(kind: .stream, fileDescriptor: pipe.reader, queue: queue, engine: engine)
+        let task = Task(executorPreference: queue) { () async throws -> DataChunk in
+            withUnsafeCurrentTask { $0?.cancel() }
+            // The cancellation handler runs before the read is submitted: the
+            // read is stopped as soon as it is attached (it would block forever).
+            return try await channel.read(length: 100)
+        }
+        await #expect(throws: Errno.canceled) { try await task.value }
+        // The pipe still holds everything written next: the stopped read took nothing.
+        _ = try pipe.writer.writeAll(Array("next".utf8))
+        let next = try await channel.read(length: 4)
+        #expect(Array(next) == Array("next".utf8))
+        channel.close()
+    }
+
+    @Test("an awaited write keeps nothing alive once it returns: its chunk is given back",
+          arguments: allBackends, [false, true])
+    func writeReleasesItsChunk(backend: IOEngine.Backend, onRing: Bool) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let queue = onRing ? engine.queue : IOQueue(label: "release")
+        let channel = try IOChannel(kind: .random, path: FilePath(dir.file("f")), mode: .readWrite,
+                                    options: [.create, .truncate], permissions: [.ownerReadWrite],
+                                    queue: queue, engine: engine)
+        let returned = Atomic<Int>(0)
+        let rounds = 20
+        try await Task(executorPreference: queue) { () async throws in
+            for round in 0..<rounds {
+                let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 16)
+                buffer.initializeMemory(as: UInt8.self, repeating: UInt8(round))
+                let chunk = DataChunk(bytesNoCopy: UnsafeRawBufferPointer(buffer), deallocator: .custom(queue: nil) { bytes in
+                    bytes.deallocate()
+                    returned.add(1, ordering: .relaxed)
+                })
+                try await channel.write(offset: Int64(round) * 4096, data: chunk)
+                let back = try await channel.read(offset: Int64(round) * 4096, length: 4096)
+                #expect(Array(back) == [UInt8](repeating: UInt8(round), count: 4096))
+            }
+        }.value
+        // Every operation (which holds its chunk until it is freed) is gone:
+        // nothing kept them alive after their task resumed.
+        #expect(waitUntil { returned.load(ordering: .relaxed) == rounds },
+                "\(returned.load(ordering: .relaxed)) of \(rounds) written chunks given back")
+        channel.close()
+    }
+
+    @Test("tasks in a group on an engine's queue: each awaited read resumes on that queue with the right bytes",
+          arguments: allBackends)
+    func groupOnRing(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let bytes = randomBytes(64 * 4096, seed: 95)
+        try writeFile(dir.file("f"), bytes)
+        let channel = try IOChannel(kind: .random, path: FilePath(dir.file("f")), mode: .readOnly,
+                                    queue: engine.queue, engine: engine)
+        let (mismatches, offQueue, offRing) = try await withTaskExecutorPreference(engine.queue) {
+            try await withThrowingTaskGroup(of: (Int, Int, Int).self) { group in
+                for worker in 0..<8 {
+                    group.addTask {
+                        var result = (0, 0, 0)
+                        for i in 0..<100 {
+                            let block = (worker * 131 + i * 17) % 64
+                            let chunk = try await channel.read(offset: Int64(block) * 4096, length: 4096)
+                            if Array(chunk) != Array(bytes[block * 4096..<(block + 1) * 4096]) { result.0 += 1 }
+                            if !engine.queue.isCurrent { result.1 += 1 }
+                            if backend == .ioUring && currentThreadName(engine) != "ring" { result.2 += 1 }
+                        }
+                        return result
+                    }
+                }
+                return try await group.reduce((0, 0, 0)) { ($0.0 + $1.0, $0.1 + $1.1, $0.2 + $1.2) }
+            }
+        }
+        #expect(mismatches == 0)
+        #expect(offQueue == 0, "\(offQueue) of 800 reads resumed off the engine's queue")
+        #expect(offRing == 0, "\(offRing) of 800 reads resumed off the ring thread")
+        channel.close()
+    }
+
+    @Test("a task preferring a concurrent IOQueue resumes there after each awaited read", arguments: allBackends)
+    func concurrentQueuePreference(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let bytes = randomBytes(16 * 4096, seed: 96)
+        try writeFile(dir.file("f"), bytes)
+        let queue = IOQueue(label: "concurrent-preference", kind: .concurrent)
+        let channel = try IOChannel(kind: .random, path: FilePath(dir.file("f")), mode: .readOnly,
+                                    queue: queue, engine: engine)
+        let (same, onQueue) = try await Task(executorPreference: queue) { () async throws -> (Bool, Bool) in
+            var same = true, onQueue = true
+            for block in 0..<16 {
+                let chunk = try await channel.read(offset: Int64(block) * 4096, length: 4096)
+                same = same && Array(chunk) == Array(bytes[block * 4096..<(block + 1) * 4096])
+                onQueue = onQueue && queue.isCurrent
+            }
+            return (same, onQueue)
+        }.value
+        #expect(same)
+        #expect(onQueue)
+        channel.close()
+    }
+}
