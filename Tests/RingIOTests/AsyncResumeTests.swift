@@ -121,3 +121,37 @@ struct AsyncResumeTests {
         channel.close()
     }
 }
+
+@Suite("IOQueue as a task executor: one job per await")
+struct TaskExecutorHopTests {
+    @Test("a task preferring a serial IOQueue runs one job per awaited read, not two", arguments: allBackends, [false, true])
+    func oneJobPerAwait(backend: IOEngine.Backend, onRing: Bool) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let bytes = randomBytes(32 * 4096, seed: 97)
+        try writeFile(dir.file("f"), bytes)
+        let queue = onRing ? engine.queue : IOQueue(label: "one-job-per-await")
+        let channel = try IOChannel(kind: .random, path: FilePath(dir.file("f")), mode: .readOnly,
+                                    queue: queue, engine: engine)
+        let reads = 200
+        let before = queue.jobsRun.load(ordering: .relaxed)
+        let same = try await Task(executorPreference: queue) { () async throws -> Bool in
+            var same = true
+            for i in 0..<reads {
+                let block = (i * 7) % 32
+                let chunk = try await channel.read(offset: Int64(block) * 4096, length: 4096)
+                same = same && Array(chunk) == Array(bytes[block * 4096..<(block + 1) * 4096])
+            }
+            return same
+        }.value
+        let jobs = queue.jobsRun.load(ordering: .relaxed) - before
+        #expect(same)
+        // At most one job per read (its resumption; none when the read was
+        // done before the task suspended), and a few to start and end the
+        // task. A task run as if isolated to the queue took one more per
+        // read: the runtime sent it back through the queue on its way out of
+        // the read.
+        #expect(jobs <= reads + 10, "\(jobs) jobs for \(reads) awaited reads")
+        channel.close()
+    }
+}
