@@ -17,17 +17,21 @@ import RingIOBase
 ///
 /// Cancellation: whichever comes second, `attach` (the operation was
 /// submitted) or `cancel` (the task was cancelled), stops the operation,
-/// once. The operation reference is dropped when the operation finishes,
-/// so it outlives neither the operation nor this object (no retain cycle
-/// through the handler, and a finished operation is never stopped).
+/// once; a finished operation is never stopped. The awaiting task drops
+/// the operation (`detach`) once it is resumed and its cancellation
+/// handler is gone: the operation's handler captures this object, so
+/// holding the operation longer would be a retain cycle, and dropping it
+/// from the handler itself could free the operation while it is still
+/// calling that handler.
 // @unchecked: `continuation` is written once, before the operation is
 // submitted, and read by its last handler call (the submission's locks
 // order the two). `collected` is touched only by the handler, whose calls
 // run one at a time and in order, each after the last returned (the
 // operation's lock orders them even across threads). `operation` is
-// written before `phase` becomes `attached` (releasing) and read or
-// cleared only by the one thread that moves `phase` from `attached` to
-// `finished` (acquiring).
+// written by `attach` before `phase` becomes `attached` (releasing), read
+// by the one `cancel` that moves `phase` from `attached` to `finished`
+// (acquiring), and cleared by `detach` after the task's cancellation
+// handler was removed (no `cancel` runs any more).
 final class AwaitedOperation<Value: Sendable>: @unchecked Sendable {
     private static var fresh: UInt8 { 0 }
     private static var attached: UInt8 { 1 }
@@ -54,7 +58,7 @@ final class AwaitedOperation<Value: Sendable>: @unchecked Sendable {
         }
     }
 
-    /// The task was cancelled.
+    /// The task was cancelled (its cancellation handler).
     func cancel() {
         var current = phase.load(ordering: .acquiring)
         while true {
@@ -67,16 +71,19 @@ final class AwaitedOperation<Value: Sendable>: @unchecked Sendable {
         }
         // `fresh → cancelRequested`: `attach` stops it. `attached → finished`: ours to stop.
         guard current == Self.attached, let operation else { return }
-        self.operation = nil
         AwaitedOperation.stop(operation)
     }
 
-    /// The operation's last handler call: forget the operation (a
-    /// cancellation from now on has nothing to stop).
+    /// The operation's last handler call: a cancellation from now on has
+    /// nothing to stop.
     func finish() {
-        if phase.exchange(Self.finished, ordering: .acquiringAndReleasing) == Self.attached {
-            operation = nil
-        }
+        phase.store(Self.finished, ordering: .releasing)
+    }
+
+    /// The awaiting task, resumed and out of its cancellation handler's
+    /// scope: drops the operation.
+    func detach() {
+        operation = nil
     }
 
     private static func stop(_ operation: ChannelOperation) {
@@ -130,6 +137,7 @@ extension IOChannel {
         } onCancel: {
             awaited.cancel()
         }
+        awaited.detach()
         return try result.get()
     }
 
@@ -159,6 +167,7 @@ extension IOChannel {
         } onCancel: {
             awaited.cancel()
         }
+        awaited.detach()
         try result.get()
     }
 
