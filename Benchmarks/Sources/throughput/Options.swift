@@ -18,12 +18,14 @@ struct Options {
     var evictPages = false
     var ringcp: String? = nil
     var output: String? = nil
+    /// Threads spinning on the CPU beside every measurement.
+    var busy = 0
 
     static let usage = """
         usage: throughput [--size BYTES[K|M|G] (1G)] [--size-mib N] [--rounds N (5)] [--reads N (200000)]
                           [--files N (2000)] [--log-size BYTES[K|M|G] (256M)]
                           [--log-record BYTES[K|M] (64K)] [--only WORD[,WORD...]]
-                          [--cold] [--evict-pages] [--ringcp PATH] [--dir DIR ($TMPDIR or /tmp)] [--out DIR (Benchmarks/results)]
+                          [--cold] [--evict-pages] [--busy N] [--ringcp PATH] [--dir DIR ($TMPDIR or /tmp)] [--out DIR (Benchmarks/results)]
           --only keeps the cases whose "workload/system" contains a word (or, for a word ending in "=",
                  is it: random1/ringio= is that row alone): workloads read, copy, random32,
                  random1, files, readfile, copyfile, copyfile12, append; systems ringio, ringio-async, ringio-ring, ringio-async-ring, dispatchio, nio, nio-nbfio, plain, foundation,
@@ -33,6 +35,8 @@ struct Options {
           --cold drops the page cache (sync; echo 3 > /proc/sys/vm/drop_caches) before each measurement
           --evict-pages drops the readfile workload's file pages (POSIX_FADV_DONTNEED) before each
                  measurement, the paths staying cached (no root needed)
+          --busy N runs N threads spinning on the CPU (in this process) beside every measurement, fio's
+                 and the children's included: a loaded machine
           --ringcp runs PATH -r SRC DST (files) and PATH SRC DST (copy) as the system "ringcp"
         """
 
@@ -59,6 +63,7 @@ struct Options {
                 case "--only": o.only += try value(option).get().lowercased().split(separator: ",").map(String.init)
                 case "--cold": o.cold = true
                 case "--evict-pages": o.evictPages = true
+                case "--busy": o.busy = try positive(value(option).get(), option)
                 case "--ringcp":
                     let path = try value(option).get()
                     guard access(path, X_OK) == 0 else { throw Exit("throughput: --ringcp \(path) is not an executable file", 2) }

@@ -145,6 +145,7 @@ if cases.contains(where: { $0.workload == .copy }) {
 var rounds: [RoundResult] = []
 var notes: [String: String] = [:]
 var failures: [String: String] = [:]
+let busy = options.busy > 0 ? BusyThreads(count: options.busy) : nil
 for round in 1...options.rounds {
     for workload in Workload.allCases {
         let inWorkload = cases.filter { $0.workload == workload }
@@ -165,6 +166,7 @@ for round in 1...options.rounds {
         }
     }
 }
+busy?.finish()
 workspace.remove()
 
 // MARK: - report
@@ -173,6 +175,9 @@ var machine = Machine(workspace: workspace, engine: engine, fio: fio?.version, l
 machine.loadAfter = loadAverage()
 var remarks: [String] = []
 if let coldNote { remarks.append(coldNote) }
+if options.busy > 0 {
+    remarks.append("Busy: \(options.busy) threads of this process spun on the CPU beside every measurement (fio's and the children's included).")
+}
 if cold { remarks.append("Cold: the page cache was dropped before each measurement of read, copy, random and files.") }
 if bench.evictions > 0 {
     remarks.append("The source was partly evicted from the page cache before \(bench.evictions) of \(bench.measurements) measurements and read back in first (untimed).")

@@ -125,6 +125,12 @@ extension ChannelOperation {
     /// is left. It does not yield the queue in between: a later operation's
     /// runner, queued behind it, must not overtake this operation's calls.
     func runDeliveries() {
+        // The last handler call may drop the last reference held outside the
+        // channel (an awaiting task resumed by it moves on at once, on
+        // another thread or right here), and `operationEnded` the channel's:
+        // keep the operation alive until this loop is done with it.
+        let alive = Unmanaged.passRetained(self)
+        defer { alive.release() }
         while true {
             lock.lock()
             let next = state.nextDelivery()

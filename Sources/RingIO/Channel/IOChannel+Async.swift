@@ -4,29 +4,90 @@ import Glibc
 import Musl
 #endif
 import CLiburing
+import Synchronization
 import SystemPackage
 import RingIOBase
 @_spi(Engine) import RingIOEngine
 
-/// Ties a task's cancellation to one operation: whichever comes second,
-/// the operation or the cancellation, stops the operation.
-final class OperationCancellation: Sendable {
-    private let state = Locked<(cancelled: Bool, operation: ChannelOperation?)>((false, nil))
+/// One awaited operation (`read` or `write`): the task's continuation,
+/// the bytes delivered so far, and the link between the task's
+/// cancellation and the operation. One allocation per `await`; the
+/// operation's handler captures only this object, so it needs no closure
+/// context of its own.
+///
+/// Cancellation: whichever comes second, `attach` (the operation was
+/// submitted) or `cancel` (the task was cancelled), stops the operation,
+/// once; a finished operation is never stopped. The awaiting task drops
+/// the operation (`detach`) once it is resumed and its cancellation
+/// handler is gone: the operation's handler captures this object, so
+/// holding the operation longer would be a retain cycle, and dropping it
+/// from the handler itself could free the operation while it is still
+/// calling that handler.
+// @unchecked: `continuation` is written once, before the operation is
+// submitted, and read by its last handler call (the submission's locks
+// order the two). `collected` is touched only by the handler, whose calls
+// run one at a time and in order, each after the last returned (the
+// operation's lock orders them even across threads). `operation` is
+// written by `attach` before `phase` becomes `attached` (releasing), read
+// by the one `cancel` that moves `phase` from `attached` to `finished`
+// (acquiring), and cleared by `detach` after the task's cancellation
+// handler was removed (no `cancel` runs any more).
+final class AwaitedOperation<Value: Sendable>: @unchecked Sendable {
+    private static var fresh: UInt8 { 0 }
+    private static var attached: UInt8 { 1 }
+    private static var cancelRequested: UInt8 { 2 }
+    private static var finished: UInt8 { 3 }
 
+    private let phase = Atomic<UInt8>(0)
+    private var operation: ChannelOperation?
+    var continuation: UnsafeContinuation<Result<Value, Errno>, Never>?
+    var collected = DataChunk.empty
+
+    init() {}
+
+    /// The operation was submitted: keep it for `cancel`, or stop it now
+    /// when the task was cancelled first.
     func attach(_ operation: ChannelOperation) {
-        let cancelled = state.withLock { s -> Bool in
-            s.operation = operation
-            return s.cancelled
+        self.operation = operation
+        if phase.compareExchange(expected: Self.fresh, desired: Self.attached,
+                                 ordering: .acquiringAndReleasing).exchanged { return }
+        // Cancelled first, or already finished: nobody else reads `operation`.
+        self.operation = nil
+        if phase.exchange(Self.finished, ordering: .acquiringAndReleasing) == Self.cancelRequested {
+            AwaitedOperation.stop(operation)
         }
-        if cancelled { operation.channel?.cancel(operation) ?? operation.stop() }
     }
 
+    /// The task was cancelled (its cancellation handler).
     func cancel() {
-        let operation = state.withLock { s -> ChannelOperation? in
-            s.cancelled = true
-            return s.operation
+        var current = phase.load(ordering: .acquiring)
+        while true {
+            let next = current == Self.fresh ? Self.cancelRequested : Self.finished
+            if current == Self.cancelRequested || current == Self.finished { return }
+            let (exchanged, original) = phase.compareExchange(expected: current, desired: next,
+                                                              ordering: .acquiringAndReleasing)
+            if exchanged { break }
+            current = original
         }
-        if let operation { operation.channel?.cancel(operation) ?? operation.stop() }
+        // `fresh → cancelRequested`: `attach` stops it. `attached → finished`: ours to stop.
+        guard current == Self.attached, let operation else { return }
+        AwaitedOperation.stop(operation)
+    }
+
+    /// The operation's last handler call: a cancellation from now on has
+    /// nothing to stop.
+    func finish() {
+        phase.store(Self.finished, ordering: .releasing)
+    }
+
+    /// The awaiting task, resumed and out of its cancellation handler's
+    /// scope: drops the operation.
+    func detach() {
+        operation = nil
+    }
+
+    private static func stop(_ operation: ChannelOperation) {
+        operation.channel?.cancel(operation) ?? operation.stop()
     }
 }
 
@@ -44,26 +105,39 @@ extension IOChannel {
     ///   `close` or cancellation, ...).
     public func read(offset: Int64 = 0, length: Int) async throws(Errno) -> DataChunk {
         let core = self.core
-        let cancellation = OperationCancellation()
+        let awaited = AwaitedOperation<DataChunk>()
         let result = await withTaskCancellationHandler {
+            // Unsafe (unchecked) continuation: the operation calls its handler
+            // with `done` exactly once (SEMANTICS.md: every operation ends
+            // with one last handler call), and only that call resumes.
             await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<DataChunk, Errno>, Never>) in
-                let collected = Locked(DataChunk.empty)
+                awaited.continuation = continuation
+                // `inline`: the handler runs on the thread that completed the
+                // read (the ring thread, usually), with no queue hop; the
+                // resumed task then runs on its executor (see ThreadsAndExecutors).
                 let operation = core.submit(direction: .read, offset: offset, length: Swift.max(length, 0),
                                             data: .empty, queue: core.queue,
                                             options: OperationOptions(inline: true)) { done, data, error in
-                    if let data, !data.isEmpty { collected.withLock { $0 = $0.concat(data) } }
+                    if let data, !data.isEmpty {
+                        awaited.collected = awaited.collected.isEmpty ? data : awaited.collected.concat(data)
+                    }
                     guard done else { return }
+                    awaited.finish()
+                    let continuation = awaited.continuation.take()!
                     if let error {
                         continuation.resume(returning: .failure(error))
                     } else {
-                        continuation.resume(returning: .success(collected.withLock { $0 }))
+                        let collected = awaited.collected
+                        awaited.collected = .empty
+                        continuation.resume(returning: .success(collected))
                     }
                 }
-                cancellation.attach(operation)
+                awaited.attach(operation)
             }
         } onCancel: {
-            cancellation.cancel()
+            awaited.cancel()
         }
+        awaited.detach()
         return try result.get()
     }
 
@@ -76,20 +150,24 @@ extension IOChannel {
     /// - Throws: the write's error (`EBADF`, `ENOSPC`, `EPIPE`, ...).
     public func write(offset: Int64 = 0, data: DataChunk) async throws(Errno) {
         let core = self.core
-        let cancellation = OperationCancellation()
+        let awaited = AwaitedOperation<Void>()
         let result = await withTaskCancellationHandler {
+            // Unsafe continuation: only the one `done` handler call resumes (see `read`).
             await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<Void, Errno>, Never>) in
+                awaited.continuation = continuation
                 let operation = core.submit(direction: .write, offset: offset, length: data.count, data: data,
                                             queue: core.queue,
                                             options: OperationOptions(inline: true)) { done, _, error in
                     guard done else { return }
-                    continuation.resume(returning: error.map { .failure($0) } ?? .success(()))
+                    awaited.finish()
+                    awaited.continuation.take()!.resume(returning: error.map { .failure($0) } ?? .success(()))
                 }
-                cancellation.attach(operation)
+                awaited.attach(operation)
             }
         } onCancel: {
-            cancellation.cancel()
+            awaited.cancel()
         }
+        awaited.detach()
         try result.get()
     }
 

@@ -141,6 +141,9 @@ extension IOQueue {
                 switch item {
                 case .work(let work, let barrier): jobs.append(.concurrent(self, work, barrier: barrier))
                 case .sync(let waiter, _): waiter.grant()
+                case .job(let job, _):
+                    jobs.append(.concurrent(self, { job.runSynchronously(on: self.asUnownedTaskExecutor()) },
+                                            barrier: false))
                 }
             }
         }

@@ -88,7 +88,7 @@ extension IOQueue {
         if !drain { drain = waiter.wait() }
         while drain {
             // Run the items ahead of ours, in order, on this thread.
-            enum Step { case run(@Sendable () -> Void), mine, wait, passTo(SyncWaiter) }
+            enum Step { case run(@Sendable () -> Void), job(UnownedJob, isolated: Bool), mine, wait, passTo(SyncWaiter) }
             let step = state.withLock { s -> Step in
                 if s.suspendCount > 0 {
                     // Suspended mid-way: give the queue up; `resume` hands it back.
@@ -99,6 +99,8 @@ extension IOQueue {
                 switch s.items.popFirst()! {
                 case .work(let work, _):
                     return .run(work)
+                case .job(let job, let isolated):
+                    return .job(job, isolated: isolated)
                 case .sync(let w, _):
                     s.syncWaiters -= 1
                     if w === waiter { return .mine }
@@ -111,6 +113,8 @@ extension IOQueue {
             switch step {
             case .run(let work):
                 IOQueue.withCurrent(self, work)
+            case .job(let job, let isolated):
+                IOQueue.withCurrent(self) { runSerialJob(job, isolated: isolated) }
             case .mine:
                 drain = false
             case .wait:
@@ -139,7 +143,7 @@ extension IOQueue {
         IOQueue.withCurrent(self) {
             var budget = IOQueue.serialDrainBudget
             while true {
-                enum Next { case run(@Sendable () -> Void), handoff(SerialHandoff) }
+                enum Next { case run(@Sendable () -> Void), job(UnownedJob, isolated: Bool), handoff(SerialHandoff) }
                 let next = state.withLock { s -> Next in
                     if s.suspendCount > 0 || s.items.isEmpty || budget == 0 {
                         // Stop, or (fairness) let other queues' jobs run first.
@@ -148,6 +152,8 @@ extension IOQueue {
                     switch s.items.popFirst()! {
                     case .work(let work, _):
                         return .run(work)
+                    case .job(let job, let isolated):
+                        return .job(job, isolated: isolated)
                     case .sync(let waiter, _):
                         // Ownership passes to the `sync` caller, who releases it.
                         s.syncWaiters -= 1
@@ -157,6 +163,9 @@ extension IOQueue {
                 switch next {
                 case .run(let work):
                     work()
+                    budget -= 1
+                case .job(let job, let isolated):
+                    runSerialJob(job, isolated: isolated)
                     budget -= 1
                 case .handoff(let handoff):
                     perform(handoff)

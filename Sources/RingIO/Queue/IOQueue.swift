@@ -1,4 +1,5 @@
 import RingIOBase
+import Synchronization
 
 /// A queue of work items that run on RingIO's own worker threads.
 ///
@@ -38,10 +39,16 @@ public final class IOQueue: Sendable {
     enum Item: Sendable {
         case work(@Sendable () -> Void, barrier: Bool)
         case sync(SyncWaiter, barrier: Bool)
+        /// A task's or an actor's job, kept as is (no closure to allocate).
+        /// `isolated`: an actor's (it runs isolated to this serial queue);
+        /// otherwise a task's that prefers this queue (it runs as a
+        /// nonisolated task on it). See `IOQueue+Executor.swift`.
+        case job(UnownedJob, isolated: Bool)
 
         var isBarrier: Bool {
             switch self {
             case .work(_, let barrier), .sync(_, let barrier): return barrier
+            case .job: return false
             }
         }
     }
@@ -68,6 +75,13 @@ public final class IOQueue: Sendable {
     /// engine's ring thread, for `IOEngine.queue`); `nil`: the pool.
     let runner: (any QueueRunner)?
 
+    /// This queue as an actor's serial executor (`IOQueue+Executor.swift`).
+    let serialExecutor = IOQueueSerialExecutor()
+
+    /// Task and actor jobs run by a serial queue (for tests: each `await`
+    /// of a task on the queue should cost one).
+    package let jobsRun = Atomic<Int>(0)
+
     /// Creates a queue.
     ///
     /// - Parameters:
@@ -77,6 +91,7 @@ public final class IOQueue: Sendable {
         self.label = label
         self.kind = kind
         self.runner = nil
+        serialExecutor.bind(self)
     }
 
     /// A serial queue whose items `runner` runs (on its own thread).
@@ -84,6 +99,7 @@ public final class IOQueue: Sendable {
         self.label = label
         self.kind = .serial
         self.runner = runner
+        serialExecutor.bind(self)
     }
 
     private static let _global = IOQueue(label: "ringio.global", kind: .concurrent)
@@ -109,7 +125,7 @@ public final class IOQueue: Sendable {
         enqueue(.work(work, barrier: kind == .concurrent))
     }
 
-    private func enqueue(_ item: Item) {
+    func enqueue(_ item: Item) {
         // The ring thread reaping: handed over with the rest of the reap
         // (IOQueue+Batch.swift).
         if let batch = DeliveryBatch.active { return batch.add(self, item) }
@@ -240,6 +256,9 @@ public final class IOQueue: Sendable {
             WorkerPool.shared.submit(.concurrent(self, work, barrier: barrier))
         case .sync(let waiter, _):
             waiter.grant()
+        case .job(let job, _):
+            WorkerPool.shared.submit(.concurrent(self, { job.runSynchronously(on: self.asUnownedTaskExecutor()) },
+                                                 barrier: false))
         }
     }
 
