@@ -150,13 +150,16 @@ extension Options {
         let operands = zip(pairs, follow).map { Copier.Operand(source: $0.0, destination: $0.1, follow: $1) }
         // The copy's tasks run on RingIO's worker pool, whose threads deliver
         // its completions anyway: Swift's global executor (Dispatch's threads)
-        // is never started.
-        let work = Task(executorPreference: IOQueue.global) {
+        // is never started. One small regular file runs on this thread
+        // instead, as cp: no thread started, no hand-off (MainThread.swift).
+        let mainThread = Self.copiesOnMainThread(operands, settings) ? MainThreadExecutor { signals.wakeForJobs() } : nil
+        let executor: any TaskExecutor = mainThread ?? IOQueue.global
+        let work = Task(executorPreference: executor) {
             await copier.copy(operands)
             signals.finished()
         }
         stop.attach(work)
-        signals.wait { number in stop.fire(number) }
+        signals.wait(running: mainThread) { number in stop.fire(number) }
         bar?.finish()
         if let bar, !copier.interrupted {
             let seconds = bar.elapsedSeconds
@@ -168,6 +171,24 @@ extension Options {
             return 128 + (stop.signal ?? SIGINT)
         }
         return copier.failed ? 1 : 0
+    }
+
+    /// Whether the copy may run on the main thread (`MainThreadExecutor`):
+    /// one regular file of at most `IO.smallFileLimit` bytes onto nothing or
+    /// a regular file, whose calls all return soon (a FIFO's open may wait
+    /// without end, and `-i` waits for an answer: the main thread must then
+    /// stay free to take a signal).
+    static func copiesOnMainThread(_ operands: [Copier.Operand], _ settings: Settings) -> Bool {
+        guard operands.count == 1, let operand = operands.first, !settings.interactive, settings.link == .none,
+              !settings.attributesOnly,
+              let source = try? FileStatus.of(operand.source, followingSymlinks: operand.follow),
+              source.kind == .regular, source.size <= Int64(IO.smallFileLimit) else { return false }
+        do throws(Errno) {
+            let there = try FileStatus.ifPresent(operand.destination, followingSymlinks: true)
+            return there == nil || there?.kind == .regular
+        } catch {
+            return false
+        }
     }
 
     /// A message and exit 1, without the usage hint.

@@ -116,11 +116,21 @@ final class Interrupts: Sendable {
         _ = write(writeEnd, &zero, 1)
     }
 
+    /// The byte that asks `wait` to run its executor's jobs (no signal has this number).
+    static let runJobs: UInt8 = 255
+
+    /// Asks `wait` to run its executor's jobs (any thread).
+    func wakeForJobs() {
+        var byte = Self.runJobs
+        _ = write(writeEnd, &byte, 1)
+    }
+
     /// Waits until `finished`, calling `onSignal` (on this thread) for each
     /// signal that comes meanwhile. A signal that comes while a call that
     /// cannot be cancelled is running, and finds the same call still running
     /// `stuckMilliseconds` later, ends ringcp as cp would, killed by it.
-    func wait(onSignal: (Int32) -> Void) {
+    /// With `executor`, runs its jobs here too, when `wakeForJobs` asks.
+    func wait(running executor: MainThreadExecutor? = nil, onSignal: (Int32) -> Void) {
         var pending: [(deadline: UInt64, number: Int32, mark: UInt64)] = []
         while true {
             let now = monotonicMilliseconds()
@@ -137,6 +147,10 @@ final class Interrupts: Sendable {
             let count = read(readEnd, &bytes, bytes.count)
             for byte in bytes.prefix(Swift.max(count, 0)) {
                 if byte == 0 { return }
+                if byte == Self.runJobs {
+                    executor?.runJobs()
+                    continue
+                }
                 onSignal(Int32(byte))
                 if let mark = Blocking.stuckMark {
                     pending.append((monotonicMilliseconds() + Self.stuckMilliseconds, Int32(byte), mark))

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import CLiburing
+import RingIOBase
 import SystemPackage
 
 /// The small-file path of `IO.copyFile` as plain system calls on one
@@ -32,13 +33,38 @@ extension SmallFileCopy {
     /// engine's path (nothing was opened or created).
     static func blocking(_ paths: PathRequest.Paths, permissions: FilePermissions?, createNew: Bool, noReplace: Bool,
                          chain: Bool, sync: Bool, readable: Bool) async -> Outcome? {
-        await withUnsafeContinuation { continuation in
+        // Already on a thread that may block (a worker of `IOQueue.global`,
+        // where the hop would go anyway, or one that said so): here, no hop.
+        if BlockingCalls.allowedHere || IOQueue.global.isCurrent {
+            return BlockingCopy(paths: paths, permissions: permissions, createNew: createNew, noReplace: noReplace,
+                                chain: chain, sync: sync, readable: readable).run()
+        }
+        return await withUnsafeContinuation { continuation in
             IOQueue.global.async {
                 let copy = BlockingCopy(paths: paths, permissions: permissions, createNew: createNew, noReplace: noReplace,
                                         chain: chain, sync: sync, readable: readable)
                 continuation.resume(returning: copy.run())
             }
         }
+    }
+}
+
+/// Threads on which the library may make a small copy's blocking system
+/// calls itself instead of handing them to `IOQueue.global`.
+package enum BlockingCalls {
+    private static let marker = ThreadLocalPointer()
+
+    /// Whether the calling thread is inside `allowed(_:)`.
+    package static var allowedHere: Bool { marker.value != nil }
+
+    /// Runs `body` with blocking calls allowed on this thread: a thread that
+    /// has nothing else to do meanwhile (ringcp's main thread, running its
+    /// one copy's task) saves the hand-off to a pool worker and back.
+    package static func allowed<T>(_ body: () throws -> T) rethrows -> T {
+        let previous = marker.value
+        marker.value = UnsafeMutableRawPointer(bitPattern: 1)
+        defer { marker.value = previous }
+        return try body()
     }
 }
 

@@ -146,11 +146,25 @@ public struct FileCopier: Sendable {
     /// Called with the bytes of each piece once written (from the engine's
     /// thread or an `IOQueue`: keep it short). The pieces add up to `Outcome.bytes`.
     public var progress: (@Sendable (Int) -> Void)?
-    public var engine: IOEngine
+    /// The engine the copy's requests go to; `IOEngine.shared` unless set.
+    /// A copy that never needs it (a small regular file, copied by plain
+    /// system calls) never touches it, so a copier made with `init()` never
+    /// creates the shared engine (its ring and ring thread) for such files.
+    public var engine: IOEngine {
+        get { chosenEngine ?? .shared }
+        set { chosenEngine = newValue }
+    }
+    private var chosenEngine: IOEngine?
 
-    /// A copier with the defaults: atomic replace, no flush, strategy chosen per file.
-    public init(engine: IOEngine = .shared) {
-        self.engine = engine
+    /// A copier with the defaults: atomic replace, no flush, strategy chosen
+    /// per file, on `IOEngine.shared` (created only once a copy needs it).
+    public init() {
+        chosenEngine = nil
+    }
+
+    /// A copier with the defaults, on `engine`.
+    public init(engine: IOEngine) {
+        chosenEngine = engine
     }
 
     /// Copies the file at `source` to `destination`.
