@@ -20,8 +20,10 @@ import Synchronization
 /// both sides): while a job runs, a signal waits for it in the pipe.
 final class MainThreadExecutor: TaskExecutor {
     /// Jobs not yet run, and whether the main thread is running them (it
-    /// then takes new ones without being woken).
-    private let state = Mutex<(jobs: [UnownedJob], running: Bool)>(([], false))
+    /// then takes new ones without being woken). Running from the start:
+    /// the main thread calls `runJobs` once it has made the task, so the
+    /// task's first job needs no wake-up.
+    private let state = Mutex<(jobs: [UnownedJob], running: Bool)>(([], true))
     private let wake: @Sendable () -> Void
 
     init(wake: @escaping @Sendable () -> Void) {

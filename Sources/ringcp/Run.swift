@@ -159,6 +159,7 @@ extension Options {
             signals.finished()
         }
         stop.attach(work)
+        mainThread?.runJobs()
         signals.wait(running: mainThread) { number in stop.fire(number) }
         bar?.finish()
         if let bar, !copier.interrupted {
