@@ -33,7 +33,8 @@ extension IO {
 
     /// Regular files up to this size are copied whole by one worker of
     /// `IOQueue.global` (stat, open, create, read, write, close, rename in
-    /// plain system calls): one hand-off in, one completion out.
+    /// plain system calls): one hand-off in, one completion out, or none
+    /// when the awaiting task already runs on a worker of `IOQueue.global`.
     public static let smallFileLimit = 256 << 10
 
     /// A free name beside `path` for a temporary file:

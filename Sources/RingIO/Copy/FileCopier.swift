@@ -39,7 +39,8 @@ import RingIOBase
 /// **Strategies** (`Outcome.strategy` says which ran): a regular file of at
 /// most `IO.smallFileLimit` bytes is copied by one worker of
 /// `IOQueue.global` in plain system calls, opens, read, write, closes and
-/// rename, with one hand-off in and one out (`.chain`); a larger one is sized first, then its data (holes
+/// rename, with one hand-off in and one out (`.chain`; none from a task
+/// already on a worker of `IOQueue.global`, which makes the calls itself); a larger one is sized first, then its data (holes
 /// skipped, `SEEK_DATA`) is copied with `copy_file_range` inside the kernel
 /// (`.copyFileRange`), falling back to splices through pipes (`.splice`)
 /// where the file systems cannot, then to two random channels
