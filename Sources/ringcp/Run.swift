@@ -159,7 +159,12 @@ extension Options {
             signals.finished()
         }
         stop.attach(work)
-        mainThread?.runJobs()
+        if let mainThread {
+            // A signal already caught cancels the copy before it starts, as
+            // `wait` would have (the copy's calls then run without a look at the pipe).
+            if let number = signals.caught { stop.fire(number) }
+            mainThread.runJobs()
+        }
         signals.wait(running: mainThread) { number in stop.fire(number) }
         bar?.finish()
         if let bar, !copier.interrupted {

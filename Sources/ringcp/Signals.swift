@@ -92,6 +92,7 @@ final class Interrupts: Sendable {
         action.__sigaction_handler.sa_handler = { number in
             let saved = errno
             var byte = UInt8(truncatingIfNeeded: number)
+            caughtSignal.store(number, ordering: .releasing)
             _ = write(signalPipe.load(ordering: .acquiring), &byte, 1)
             errno = saved
         }
@@ -108,6 +109,13 @@ final class Interrupts: Sendable {
         // Threads started from here on inherit the mask.
         pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
         return Interrupts(readEnd: fds[0], writeEnd: fds[1])
+    }
+
+    /// The last signal caught so far, if any, without waiting (its byte
+    /// stays in the pipe for `wait`).
+    var caught: Int32? {
+        let number = caughtSignal.load(ordering: .acquiring)
+        return number == 0 ? nil : number
     }
 
     /// Says that the copy is over (any thread): `wait` returns.
@@ -163,6 +171,8 @@ final class Interrupts: Sendable {
 /// The write end of `Interrupts`' pipe, for the signal handler (a C function
 /// pointer: it captures nothing).
 private let signalPipe = Atomic<Int32>(-1)
+/// The last signal the handler caught (0: none yet).
+private let caughtSignal = Atomic<Int32>(0)
 
 private func monotonicMilliseconds() -> UInt64 {
     var now = timespec()
