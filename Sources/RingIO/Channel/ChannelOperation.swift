@@ -208,6 +208,13 @@ final class ChannelOperation: SchedulableOperation, IORequestTarget, @unchecked 
     /// Waiting for read-buffer bytes (see ChannelOperation+Budget.swift).
     @exclusivity(unchecked) var budgetTicket: ReadBudget.Ticket?
     @exclusivity(unchecked) var budgetGranted = 0
+    /// The channel's list of active operations (`ChannelCore.active`), read
+    /// and written only with the channel's lock held: whether this operation
+    /// is on it, and its neighbours there. `next` holds the next one;
+    /// `previous` is unowned(unsafe), the previous one holding this one.
+    @exclusivity(unchecked) var isActive = false
+    @exclusivity(unchecked) var activeNext: ChannelOperation?
+    @exclusivity(unchecked) unowned(unsafe) var activePrevious: ChannelOperation?
 
     init(direction: Direction, isStream: Bool, queue: IOQueue, engine: IOEngine,
          settings: ChannelSettings, offset: Int64, length: Int, data: DataChunk,
