@@ -113,15 +113,14 @@ enum RingIOCases {
         }
         let checksums = ReadChecksums()
         let calls = Counter()
+        let seen = ReadCounts(count: offsets.count)
         let loop = InFlightLoop(count: offsets.count) { i, finished in
             let offset = offsets[i]
-            let tally = Tally()
             channel.read(offset: offset, length: 4096, queue: queue) { done, data, error in
                 _ = calls.take()
-                let seen = tally.add(data?.count ?? 0)
-                let before = seen.bytes - (data?.count ?? 0)
-                data?.apply { _, at, bytes in checksums.add(bytes, at: offset, from: before + at); return true }
-                if done { finished(seen.bytes == 4096 && error == nil ? nil : "read at \(offset): \(seen.bytes) bytes, \(error.map { "\($0)" } ?? "no error")") }
+                let (before, bytes) = seen.add(i, data?.count ?? 0)
+                data?.apply { _, at, chunk in checksums.add(chunk, at: offset, from: before + at); return true }
+                if done { finished(bytes == 4096 && error == nil ? nil : "read at \(offset): \(bytes) bytes, \(error.map { "\($0)" } ?? "no error")") }
             }
         }
         let elapsed = try loop.run(depth: depth, what: "RingIO random reads", timeout: timeout)

@@ -50,7 +50,10 @@ final class ChannelCore: @unchecked Sendable {
     private var stopped = false
     /// The cleanup handler ran, or was handed to the entry: never twice.
     private var cleanupHandedOff = false
-    private var active: [ObjectIdentifier: ChannelOperation] = [:]
+    /// The operations whose last handler call has not returned: an intrusive
+    /// list through their `activeNext`/`activePrevious` (no hashing, no
+    /// allocation per operation).
+    private var activeHead: ChannelOperation?
     // Path channels only.
     private var checked = false
     private var opening = false
@@ -207,7 +210,7 @@ final class ChannelCore: @unchecked Sendable {
         } else if length == 0 {
             immediate = .some(nil)
         } else {
-            active[ObjectIdentifier(operation)] = operation
+            insertActiveLocked(operation)
             switch target {
             case .entry(let entry, let base):
                 ready = (entry, operation.enqueue(on: entry, base: base))
@@ -247,13 +250,45 @@ final class ChannelCore: @unchecked Sendable {
 
     /// The operations' bytes requested but not yet handled (for tests).
     var readAheadBytes: Int {
-        let ops = lock.withLock { Array(active.values) }
+        let ops = lock.withLock { activeLocked() }
         return ops.reduce(0) { $0 + $1.readAheadBytes }
     }
 
     /// An operation's last handler call returned.
     func operationEnded(_ operation: ChannelOperation) {
-        _ = lock.withLock { active.removeValue(forKey: ObjectIdentifier(operation)) }
+        lock.withLock { removeActiveLocked(operation) }
+    }
+
+    private func insertActiveLocked(_ operation: ChannelOperation) {
+        operation.isActive = true
+        operation.activeNext = activeHead
+        activeHead?.activePrevious = operation
+        activeHead = operation
+    }
+
+    private func removeActiveLocked(_ operation: ChannelOperation) {
+        guard operation.isActive else { return }
+        operation.isActive = false
+        let next = operation.activeNext
+        if let previous = operation.activePrevious {
+            previous.activeNext = next
+        } else {
+            activeHead = next
+        }
+        next?.activePrevious = operation.activePrevious
+        operation.activeNext = nil
+        operation.activePrevious = nil
+    }
+
+    /// The active operations, newest first.
+    private func activeLocked() -> [ChannelOperation] {
+        var ops: [ChannelOperation] = []
+        var cursor = activeHead
+        while let op = cursor {
+            ops.append(op)
+            cursor = op.activeNext
+        }
+        return ops
     }
 
     /// Task cancellation of `operation`: an operation still waiting for its
@@ -279,7 +314,7 @@ final class ChannelCore: @unchecked Sendable {
         var cancelled: [Deferred] = []
         if stop && !stopped {
             stopped = true
-            toStop = Array(active.values)
+            toStop = activeLocked()
             cancelled = deferred.filter { if case .operation = $0 { return true } else { return false } }
             deferred.removeAll { if case .operation = $0 { return true } else { return false } }
         }

@@ -125,7 +125,12 @@ final class ChannelOperation: SchedulableOperation, IORequestTarget, @unchecked 
     let length: Int
     let data: DataChunk
     let options: OperationOptions
-    weak var channel: ChannelCore?
+    /// Strong: an operation keeps its channel's state alive until its last
+    /// handler call returns (the channel's active list holds the operation
+    /// until then, `ChannelCore.operationEnded`, which breaks the cycle).
+    /// A weak reference cost a side-table update per operation made, a
+    /// weak load per operation ended and a weak destroy per operation freed.
+    let channel: ChannelCore?
 
     // `@exclusivity(unchecked)` on these and on `state`: each is guarded
     // (see the class comment), so the runtime's dynamic exclusivity checks,
@@ -208,6 +213,13 @@ final class ChannelOperation: SchedulableOperation, IORequestTarget, @unchecked 
     /// Waiting for read-buffer bytes (see ChannelOperation+Budget.swift).
     @exclusivity(unchecked) var budgetTicket: ReadBudget.Ticket?
     @exclusivity(unchecked) var budgetGranted = 0
+    /// The channel's list of active operations (`ChannelCore.activeHead`), read
+    /// and written only with the channel's lock held: whether this operation
+    /// is on it, and its neighbours there. `next` holds the next one;
+    /// `previous` is unowned(unsafe), the previous one holding this one.
+    @exclusivity(unchecked) var isActive = false
+    @exclusivity(unchecked) var activeNext: ChannelOperation?
+    @exclusivity(unchecked) unowned(unsafe) var activePrevious: ChannelOperation?
 
     init(direction: Direction, isStream: Bool, queue: IOQueue, engine: IOEngine,
          settings: ChannelSettings, offset: Int64, length: Int, data: DataChunk,

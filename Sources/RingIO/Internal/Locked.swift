@@ -15,9 +15,12 @@ import Musl
     // @unchecked: `value` is read and written only inside `withLock`, with
     // the mutex held; the mutex lives in its own allocation and never moves.
     // `@usableFromInline` (not private): `withLock` is inlined into the
-    // layers above, across the module boundary.
+    // layers above, across the module boundary. `@exclusivity(unchecked)`:
+    // the mutex already makes each access exclusive (a nested `withLock` on
+    // the same value deadlocks before it could overlap), so the runtime's
+    // dynamic check, a thread-local lookup per access, can find nothing.
     @usableFromInline let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    @usableFromInline var value: Value
+    @exclusivity(unchecked) @usableFromInline var value: Value
 
     package init(_ value: Value) {
         self.value = value

@@ -15,17 +15,18 @@ import RingIOBase
 /// as usual. Items for the ring queue (`IOEngine.queue`) are collected too
 /// and run on the ring thread, as they would have.
 // @unchecked: `pending`, `mixed`, `sole`, `groups`, `index` and `jobs` are touched only by the thread
-// running `collect` (the ring thread that owns this batch); the statistics
-// are atomics.
+// running `collect` (the ring thread that owns this batch), so they skip the
+// runtime's dynamic exclusivity checks (`@exclusivity(unchecked)`); the
+// statistics are atomics.
 package final class DeliveryBatch: @unchecked Sendable {
     private static let current = ThreadLocalPointer()
 
     package init() {}
 
-    private var pending: [(queue: IOQueue, item: IOQueue.Item)] = []
-    private var groups: [(queue: IOQueue, items: [IOQueue.Item])] = []
-    private var index: [ObjectIdentifier: Int] = [:]
-    private var jobs: [PoolJob] = []
+    @exclusivity(unchecked) private var pending: [(queue: IOQueue, item: IOQueue.Item)] = []
+    @exclusivity(unchecked) private var groups: [(queue: IOQueue, items: [IOQueue.Item])] = []
+    @exclusivity(unchecked) private var index: [ObjectIdentifier: Int] = [:]
+    @exclusivity(unchecked) private var jobs: [PoolJob] = []
 
     /// Reaps that handed at least one item to a queue.
     package let batches = Atomic<Int>(0)
@@ -57,8 +58,8 @@ package final class DeliveryBatch: @unchecked Sendable {
     }
 
     /// `pending` holds items of more than one queue.
-    private var mixed = false
-    private var sole: [IOQueue.Item] = []
+    @exclusivity(unchecked) private var mixed = false
+    @exclusivity(unchecked) private var sole: [IOQueue.Item] = []
 
     private func flush() {
         guard !pending.isEmpty else { return }
