@@ -31,7 +31,7 @@ let package = Package(
             // Locks, condition lock, ring buffer, threads, idle spin.
             name: "RingIOBase",
             dependencies: ["CLiburing"],
-            path: "Sources/RingIO/Internal"
+            path: "Sources/RingIO/Base"
         ),
         .target(
             // IOQueue, IOGroup, the worker pool, the executors.
@@ -59,9 +59,9 @@ let package = Package(
             path: "Sources/RingIO/Engine"
         ),
         .target(
-            // The channel layer (IOChannel, IO) and the re-exports
-            // (Exports.swift); the DocC catalog RingIO.docc.
-            name: "RingIO",
+            // IOChannel: fd entries and their schedulers (Entry/), operations
+            // and their progress (Operation/), the public channel API (API/).
+            name: "RingIOChannel",
             dependencies: [
                 "RingIOBase",
                 "RingIOQueue",
@@ -70,7 +70,37 @@ let package = Package(
                 "CLiburing",
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
-            exclude: ["Internal", "Queue", "Data", "Engine"]
+            path: "Sources/RingIO/Channel"
+        ),
+        .target(
+            // IO's one-shots (readFile, writeFile, copyFile), the small-file
+            // paths and the copy strategies, FileCopier.
+            name: "RingIOFiles",
+            dependencies: [
+                "RingIOBase",
+                "RingIOQueue",
+                "RingIOData",
+                "RingIOEngine",
+                "RingIOChannel",
+                "CLiburing",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
+            path: "Sources/RingIO/Files"
+        ),
+        .target(
+            // The library users import: re-exports every layer (Exports.swift);
+            // the DocC catalog RingIO.docc.
+            name: "RingIO",
+            dependencies: [
+                "RingIOBase",
+                "RingIOQueue",
+                "RingIOData",
+                "RingIOEngine",
+                "RingIOChannel",
+                "RingIOFiles",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
+            exclude: ["Base", "Queue", "Data", "Engine", "Channel", "Files"]
         ),
         .target(
             name: "RingIOFoundation",
@@ -114,6 +144,29 @@ let package = Package(
             name: "CRingIOTestSupport",
             path: "Tests/CRingIOTestSupport"
         ),
+        // What both test targets share (a latch, waits, seeded bytes).
+        .target(
+            name: "RingIOTestSupport",
+            dependencies: ["RingIOBase", "RingIOQueue"],
+            path: "Tests/RingIOTestSupport"
+        ),
+        // Kernel-free: state machines, plans, DataChunk, queues. No ring, no
+        // file: these run in seconds and under any sandbox.
+        .testTarget(
+            name: "RingIOUnitTests",
+            dependencies: [
+                "RingIO",
+                "RingIOBase",
+                "RingIOQueue",
+                "RingIOData",
+                "RingIOEngine",
+                "RingIOChannel",
+                "RingIOFiles",
+                "RingIOTestSupport",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        // Integration: real files, pipes, sockets and processes, on both backends.
         .testTarget(
             name: "RingIOTests",
             dependencies: [
@@ -122,7 +175,10 @@ let package = Package(
                 "RingIOQueue",
                 "RingIOData",
                 "RingIOEngine",
+                "RingIOChannel",
+                "RingIOFiles",
                 "RingIOFoundation",
+                "RingIOTestSupport",
                 "CRingIOTestSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]

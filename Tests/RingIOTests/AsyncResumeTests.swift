@@ -4,7 +4,10 @@ import Glibc
 import SystemPackage
 import Synchronization
 import Testing
+import RingIOTestSupport
 @_spi(Engine) @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 @testable import RingIOEngine
 @testable import RingIOBase
 

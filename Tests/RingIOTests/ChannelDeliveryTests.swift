@@ -4,7 +4,10 @@ import Glibc
 import Synchronization
 import SystemPackage
 import Testing
+import RingIOTestSupport
 @_spi(Engine) @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 
 /// What read and write handlers receive, call by call.
 @Suite("IOChannel: read and write deliveries")

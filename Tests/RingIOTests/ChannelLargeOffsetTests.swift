@@ -3,7 +3,10 @@ import Glibc
 #endif
 import SystemPackage
 import Testing
+import RingIOTestSupport
 @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 @testable import RingIOBase
 
 /// Offsets and lengths at the edge of `Int64`: every entry point ends with

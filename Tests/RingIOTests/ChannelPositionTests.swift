@@ -4,7 +4,10 @@ import Glibc
 import Synchronization
 import SystemPackage
 import Testing
+import RingIOTestSupport
 @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 @testable import RingIOBase
 
 /// SEMANTICS.md, "Kinds": by the time a stream operation's final handler

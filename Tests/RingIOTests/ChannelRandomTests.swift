@@ -4,7 +4,10 @@ import Glibc
 import Synchronization
 import SystemPackage
 import Testing
+import RingIOTestSupport
 @_spi(Engine) @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 
 /// Random-access channels: offsets from the position at creation, the position
 /// never moved, several operations at once.

@@ -4,11 +4,11 @@ import Glibc
 import Synchronization
 import SystemPackage
 import Testing
+import RingIOTestSupport
 @_spi(Engine) @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 @testable import RingIOBase
-
-let KiB = 1 << 10
-let MiB = 1 << 20
 
 /// The shape of one handler call: whether it ends the operation, how many
 /// bytes it carries (nil when `data` is nil) and its error.
@@ -141,45 +141,6 @@ final class CleanupRecorder: Sendable {
     var hasRun: Bool { calls > 0 }
     var error: Errno? { state.withLock { $0.error } }
     var ranOnQueue: Bool { state.withLock { $0.onQueue } }
-}
-
-/// Polls `condition` every millisecond until it holds; false on timeout.
-func waitUntil(timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
-    let parts = timeout.components
-    let deadline = monotonicNanoseconds() + UInt64(parts.seconds) * 1_000_000_000
-        + UInt64(parts.attoseconds / 1_000_000_000)
-    while !condition() {
-        if monotonicNanoseconds() >= deadline { return false }
-        usleep(1000)
-    }
-    return true
-}
-
-func sleepNanoseconds(_ ns: UInt64) {
-    var request = timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))
-    var remaining = timespec()
-    while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
-}
-
-func milliseconds(_ ms: Int) { sleepNanoseconds(UInt64(ms) * 1_000_000) }
-
-/// Seeded pseudo-random bytes (xorshift64*).
-func randomBytes(_ count: Int, seed: UInt64) -> [UInt8] {
-    var x = seed &* 0x9E37_79B9_7F4A_7C15 | 1
-    var out = [UInt8](repeating: 0, count: count)
-    out.withUnsafeMutableBytes { raw in
-        var i = 0
-        while i < count {
-            x ^= x >> 12; x ^= x << 25; x ^= x >> 27
-            var word = (x &* 0x2545_F491_4F6C_DD1D).littleEndian
-            let n = min(8, count - i)
-            withUnsafeBytes(of: &word) { w in
-                for j in 0..<n { raw[i + j] = w[j] }
-            }
-            i += n
-        }
-    }
-    return out
 }
 
 /// Creates (or truncates) the file at `path` holding `bytes`.

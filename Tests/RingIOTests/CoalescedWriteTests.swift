@@ -3,7 +3,10 @@ import Glibc
 #endif
 import SystemPackage
 import Testing
+import RingIOTestSupport
 @_spi(Engine) @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 @testable import RingIOBase
 @testable import RingIOEngine
 @testable import RingIOQueue

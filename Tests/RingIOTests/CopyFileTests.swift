@@ -3,7 +3,10 @@ import Glibc
 #endif
 import SystemPackage
 import Testing
+import RingIOTestSupport
 @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 @testable import RingIOBase
 
 @Suite("IO.copyFile with options")

@@ -3,7 +3,10 @@ import Glibc
 #endif
 import CLiburing
 import Testing
+import RingIOTestSupport
 @_spi(Engine) @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 @testable import RingIOBase
 
 /// Submits `operations` as one linked chain and waits for every result.

@@ -4,7 +4,10 @@ import Glibc
 import CRingIOTestSupport
 import SystemPackage
 import Testing
+import RingIOTestSupport
 @_spi(Engine) @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 
 /// io_uring really refused: a seccomp filter in a child process makes
 /// `io_uring_setup` fail, as a container policy does. The shared engine falls

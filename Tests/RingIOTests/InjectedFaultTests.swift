@@ -4,7 +4,10 @@ import Glibc
 #endif
 import SystemPackage
 import Testing
+import RingIOTestSupport
 @_spi(Engine) @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 @testable import RingIOEngine
 
 /// Faults the kernel will not give on demand, injected into an engine's

@@ -5,7 +5,10 @@ import CRingIOTestSupport
 import Synchronization
 import SystemPackage
 import Testing
+import RingIOTestSupport
 @_spi(Engine) @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 @testable import RingIOQueue
 @testable import RingIOEngine
 @testable import RingIOBase

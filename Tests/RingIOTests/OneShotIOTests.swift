@@ -4,7 +4,10 @@ import Glibc
 import Synchronization
 import SystemPackage
 import Testing
+import RingIOTestSupport
 @_spi(Engine) @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 @testable import RingIOBase
 
 /// Records the calls of a one-shot `IO.read` or `IO.write` handler.

@@ -3,7 +3,10 @@ import Glibc
 #endif
 import SystemPackage
 import Testing
+import RingIOTestSupport
 @_spi(Engine) @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 @testable import RingIOBase
 
 /// Runs `body` with the current directory set to `directory`, then restores it.

@@ -4,7 +4,10 @@ import Glibc
 import Synchronization
 import SystemPackage
 import Testing
+import RingIOTestSupport
 @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 @testable import RingIOBase
 
 /// A task executor whose jobs one thread runs (as ringcp's main thread does),

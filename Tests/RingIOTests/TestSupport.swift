@@ -5,7 +5,10 @@ import CLiburing
 import Synchronization
 import SystemPackage
 import Testing
+import RingIOTestSupport
 @_spi(Engine) @testable import RingIO
+@testable import RingIOChannel
+@testable import RingIOFiles
 @testable import RingIOEngine
 @testable import RingIOBase
 
@@ -20,15 +23,6 @@ func makeEngine(_ backend: IOEngine.Backend, ringEntries: Int = 64) throws -> IO
     } catch {
         try Test.cancel("io_uring is unavailable here, skipping: \(IOEngine.explainSetupFailure(error))")
     }
-}
-
-/// A one-shot latch a test waits on with a timeout.
-final class Latch: Sendable {
-    private let group = IOGroup()
-    init(count: Int = 1) { for _ in 0..<count { group.enter() } }
-    func signal() { group.leave() }
-    /// Returns false when `timeout` passed first.
-    func wait(timeout: Duration = .seconds(10)) -> Bool { group.wait(timeout: timeout) }
 }
 
 /// Submits `operation` and waits for its result (`res`, as a CQE gives it).

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import RingIOTestSupport
 @testable import RingIOQueue
 
 /// When the worker pool starts its threads, in a child process (a fresh

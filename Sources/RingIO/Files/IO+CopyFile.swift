@@ -1,0 +1,317 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CLiburing
+import SystemPackage
+import RingIOBase
+import RingIOChannel
+@_spi(Engine) import RingIOEngine
+import RingIOData
+import RingIOQueue
+
+extension IO {
+    /// How `IO.copyFile(from:to:options:engine:)` creates its destination.
+    public struct CopyOptions: Sendable, Hashable {
+        /// Write a new file beside the destination and rename it into place
+        /// once every byte is written. A failed or cancelled copy then leaves
+        /// the destination as it was, and no partial file behind. (It does not
+        /// flush: a crash right after the rename may lose the new contents.)
+        public var atomically: Bool
+        /// Fail with `EEXIST` when the destination exists, rather than
+        /// replace it.
+        public var exclusive: Bool
+        /// The new file's permission bits, before the umask; `nil` takes the
+        /// source's. An existing file that is truncated keeps its own.
+        public var permissions: FilePermissions?
+
+        /// Options for `copyFile(from:to:options:engine:)`; each is described on its property.
+        public init(atomically: Bool = false, exclusive: Bool = false, permissions: FilePermissions? = nil) {
+            self.atomically = atomically
+            self.exclusive = exclusive
+            self.permissions = permissions
+        }
+    }
+
+    /// Regular files up to this size are copied whole by one worker of
+    /// `IOQueue.global` (stat, open, create, read, write, close, rename in
+    /// plain system calls): one hand-off in, one completion out, or none
+    /// when the awaiting task already runs on a worker of `IOQueue.global`.
+    public static let smallFileLimit = 256 << 10
+
+    /// A free name beside `path` for a temporary file:
+    /// `.name.ringio-PID-XXXX` in the same directory (PID: this process, in
+    /// decimal; XXXX: random), so that a rename onto `path` is atomic and
+    /// `removeStaleTemporaries(beside:)` can tell whose it is.
+    ///
+    /// - Returns: `nil` when `path` has no last component.
+    public static func temporaryPath(beside path: FilePath) -> FilePath? {
+        guard let name = path.lastComponent else { return nil }
+        let random = UInt64.random(in: 0 ... .max)
+        return path.removingLastComponent()
+            .appending(".\(name.string).ringio-\(getpid())-\(String(random, radix: 36))")
+    }
+
+    /// Removes the temporary files beside `path` that a process killed
+    /// before it could rename or remove them left behind (`IO.writeFile` with
+    /// `atomically`, `IO.copyFile` with `atomically`, ringcp): the names
+    /// `temporaryPath(beside: path)` makes, whose creating process no longer
+    /// exists. A temporary of a live process (this one included) is never
+    /// touched. `IO.writeFile` calls this before it writes.
+    ///
+    /// - Returns: the number of files removed (0 when the directory cannot be read).
+    @discardableResult
+    public static func removeStaleTemporaries(beside path: FilePath) -> Int {
+        guard let name = path.lastComponent else { return 0 }
+        let directory = path.removingLastComponent()
+        let prefix = ".\(name.string).ringio-"
+        let stream = opendir(directory.isEmpty ? "." : directory.string)
+        guard let stream else { return 0 }
+        defer { closedir(stream) }
+        var stale: [String] = []
+        while let entry = readdir(stream) {
+            let entryName = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            guard entryName.hasPrefix(prefix) else { continue }
+            // PID-XXXX: the PID in decimal, then a random tag in base 36.
+            let rest = entryName.dropFirst(prefix.count).split(separator: "-", maxSplits: 1)
+            guard rest.count == 2, let pid = pid_t(rest[0]), pid > 0, !rest[1].isEmpty,
+                  rest[1].allSatisfy({ $0.isASCII && ($0.isNumber || $0.isLowercase) }) else { continue }
+            if kill(pid, 0) == -1 && cliburing_errno() == ESRCH { stale.append(entryName) }
+        }
+        var removed = 0
+        for entryName in stale where directory.appending(entryName).withPlatformString({ unlink($0) }) == 0 {
+            removed += 1
+        }
+        return removed
+    }
+
+    /// Copies the file at `source` to `destination` (created or truncated,
+    /// with the source's permission bits), reading ahead at most two chunks
+    /// while up to four are being written.
+    ///
+    /// - Throws: an `IOError` (see `copyFile(from:to:options:engine:)`).
+    public static func copyFile(from source: FilePath, to destination: FilePath,
+                                engine: IOEngine = .shared) async throws(IOError) {
+        try await copyFile(from: source, to: destination, options: CopyOptions(), engine: engine)
+    }
+
+    /// Copies the file at `source` to `destination`, as `options` say: a
+    /// `FileCopier` with `replace: .atomic` for `atomically` (else
+    /// `.inPlace`), `exclusive` and `permissions` as given, the strategy
+    /// chosen per file.
+    ///
+    /// A regular file of at most `smallFileLimit` bytes is copied by one
+    /// worker of `IOQueue.global`, in plain system calls: the stats, both
+    /// opens, one read of the whole file, one write, both closes and (with
+    /// `atomically`) the rename of the new file into place; the caller's
+    /// task is handed over once and resumed once, on its own executor.
+    /// (io_uring would run each path operation on an io-wq worker, a thread
+    /// hop each.) The copy holds the bytes the stat counted. A larger
+    /// regular file is opened the same way, then copied inside the kernel
+    /// (`copy_file_range`, else splices, else two channels); a FIFO or a
+    /// device on either side is opened through the engine and streams, in
+    /// place.
+    ///
+    /// The destination is compared with the source (device and inode)
+    /// before anything is truncated: a copy onto the source itself, or onto
+    /// a hard link or symlink to it, is refused (`EINVAL`, operation
+    /// `.copyOntoSource`) and leaves the file as it was.
+    ///
+    /// - Returns: the number of bytes copied.
+    /// - Throws: an `IOError` naming the operation, the path and the side
+    ///   (`.source` or `.destination`) with the errno: `EINVAL` for an
+    ///   empty path or the same file on both sides, `EISDIR` for a
+    ///   directory, `EEXIST` when `exclusive` finds the destination; the
+    ///   stat, open, read, write, close or rename error; `ECANCELED` when the
+    ///   task is cancelled. A failed copy removes the file it created (the
+    ///   temporary with `atomically`; in place, a destination that was not
+    ///   there before). Match it by errno: `catch Errno.noSpace`.
+    @discardableResult
+    public static func copyFile(from source: FilePath, to destination: FilePath, options: CopyOptions,
+                                engine: IOEngine = .shared) async throws(IOError) -> Int64 {
+        var copier = FileCopier(engine: engine)
+        copier.replace = options.atomically ? .atomic : .inPlace
+        copier.exclusive = options.exclusive
+        copier.permissions = options.permissions
+        return try await copier.copy(from: source, to: destination).bytes
+    }
+}
+
+/// What `PathRequest.stat` reports.
+struct FileInfo: Sendable {
+    var kind: FileKind
+    var mode: UInt32
+    var size: Int64
+    /// Which file it is: its device and inode.
+    var device: UInt64
+    var inode: UInt64
+
+    init(_ stx: cliburing_statx_t) {
+        kind = FileKind(mode: mode_t(stx.stx_mode))
+        mode = UInt32(stx.stx_mode)
+        size = Int64(stx.stx_size)
+        device = UInt64(stx.stx_dev_major) << 32 | UInt64(stx.stx_dev_minor)
+        inode = UInt64(stx.stx_ino)
+    }
+
+    func isSameFile(as other: FileInfo) -> Bool { device == other.device && inode == other.inode }
+}
+
+/// One-shot path requests through the engine, awaited.
+enum PathRequest {
+    struct Paths {
+        let source: FilePath
+        /// Where the bytes are written.
+        let target: FilePath
+        /// Where `target` is renamed to at the end; nil: no rename.
+        let destination: FilePath?
+
+        /// The destination the caller named, for errors.
+        var shownDestination: FilePath { destination ?? target }
+    }
+
+    struct Pair {
+        let info: FileInfo
+        let input: Int32
+        let output: Int32
+        /// What the final destination is, when it was stat'ed (a rename at
+        /// the end) and exists, or what the existing target opened in place
+        /// is: a FIFO or a device there is written in place, as a stream.
+        var destinationKind: FileKind? = nil
+        /// The target was created by this copy (`O_EXCL`): a failed copy removes it.
+        var created = false
+    }
+
+    /// The source's stat and both files open. With `permissions` and
+    /// `createNew`, all the requests go in one batch (a target we create
+    /// may be removed again if the source turns out to be a directory);
+    /// otherwise the stat comes first, so that nothing is created for a
+    /// source that cannot be copied. The target is never opened with
+    /// `O_TRUNC`: a destination that exists is compared with the source
+    /// (device and inode, through both open files) and truncated only if it
+    /// is another file; with a rename at the end, the destination path is
+    /// stat'ed in the same batch and compared. `completion` runs on the
+    /// engine's thread or on `IOQueue.global`.
+    static func openPair(engine: IOEngine, _ paths: Paths, permissions: FilePermissions?, createNew: Bool,
+                         readable: Bool = false,
+                         _ completion: @escaping @Sendable (Result<Pair, IOError>) -> Void) {
+        let memory = RequestMemory(paths: [paths.source, paths.target] + (paths.destination.map { [$0] } ?? []),
+                                   statx: true)
+        let mask = UInt32(STATX_TYPE | STATX_MODE | STATX_SIZE | STATX_INO)
+        let statSource = IORequest.Operation.statx(directory: AT_FDCWD, path: memory.paths[0], flags: 0,
+                                                   mask: mask, buffer: memory.statx!)
+        // The final destination, followed as the rename will not: a symlink to the source is the source.
+        let statDestination: [IORequest.Operation] = paths.destination == nil ? [] : [
+            .statx(directory: AT_FDCWD, path: memory.paths[2], flags: 0, mask: mask, buffer: memory.statx! + 1),
+        ]
+        let targetFlags = (readable ? O_RDWR : O_WRONLY) | O_CREAT | O_CLOEXEC | O_NOCTTY | (createNew ? O_EXCL : 0)
+        let shown = paths.shownDestination
+        let sameFile = IOError(.copyOntoSource, path: shown, side: .destination, errno: .invalidArgument)
+        /// `results`: the source's statx, its open, the target's open, then the destination's statx if any.
+        @Sendable func finish(_ results: [Int32]) {
+            let (input, output) = (results[1], results[2])
+            // The statx buffers hold something only when the statx succeeded.
+            let info = results[0] >= 0 ? FileInfo(memory.statx!.pointee) : nil
+            var failure: IOError?
+            if let index = results.prefix(3).firstIndex(where: { $0 < 0 }) {
+                let errno = Errno(rawValue: -results[index])
+                failure = switch index {
+                case 0: IOError(.stat, path: paths.source, side: .source, errno: errno)
+                case 1: IOError(.openForReading, path: paths.source, side: .source, errno: errno)
+                default: IOError(createNew ? .create : .openForWriting, path: shown, side: .destination, errno: errno)
+                }
+            } else if info?.kind == .directory {
+                failure = IOError(.openForReading, path: paths.source, side: .source, errno: .isDirectory)
+            } else if results.count > 3 && results[3] >= 0, let info,
+                      FileInfo((memory.statx! + 1).pointee).isSameFile(as: info) {
+                failure = sameFile
+            }
+            if let failure {
+                return cleanUp([input, output].filter { $0 >= 0 }, removing: output >= 0 && createNew ? paths.target : nil) {
+                    completion(.failure(failure))
+                }
+            }
+            let pair = Pair(info: info!, input: input, output: output,
+                            destinationKind: results.count > 3 && results[3] >= 0
+                                ? FileInfo((memory.statx! + 1).pointee).kind : nil)
+            if createNew { return completion(.success(pair)) }
+            // An existing file: which one is it? Then truncated, off the engine's thread.
+            IOQueue.global.async {
+                var a = stat(), b = stat()
+                var failure: IOError?
+                if fstat(input, &a) != 0 || fstat(output, &b) != 0 {
+                    failure = IOError(.stat, path: shown, side: .destination, errno: Errno(rawValue: errno))
+                } else if a.st_dev == b.st_dev && a.st_ino == b.st_ino {
+                    failure = sameFile
+                } else if b.st_mode & S_IFMT == S_IFREG && ftruncate(output, 0) != 0 {
+                    failure = IOError(.write, path: shown, side: .destination, errno: Errno(rawValue: errno))
+                }
+                if let failure {
+                    close(input)
+                    close(output)
+                    return completion(.failure(failure))
+                }
+                // What is written in place: a FIFO or a device streams, never takes the chain.
+                var pair = pair
+                pair.destinationKind = FileKind(mode: b.st_mode)
+                completion(.success(pair))
+            }
+        }
+        let openSource = IORequest.Operation.openat(directory: AT_FDCWD, path: memory.paths[0],
+                                                    flags: O_RDONLY | O_CLOEXEC | O_NOCTTY, mode: 0)
+        if let permissions, createNew {
+            let requests = [statSource, openSource,
+                            .openat(directory: AT_FDCWD, path: memory.paths[1], flags: targetFlags,
+                                    mode: UInt32(permissions.rawValue))] + statDestination
+            memory.submit(engine: engine, requests, linked: false, mayBlock: true, finish)
+            return
+        }
+        memory.submit(engine: engine, [statSource] + statDestination, linked: false) { stat in
+            if stat[0] < 0 {
+                return completion(.failure(IOError(.stat, path: paths.source, side: .source, errno: Errno(rawValue: -stat[0]))))
+            }
+            let info = FileInfo(memory.statx!.pointee)
+            if info.kind == .directory {
+                return completion(.failure(IOError(.openForReading, path: paths.source, side: .source, errno: .isDirectory)))
+            }
+            let mode = permissions?.rawValue ?? CModeT(info.mode & 0o7777)
+            // Linked: a source that cannot be opened (a socket: ENXIO) leaves no new file behind.
+            memory.submit(engine: engine, [
+                .openat(directory: AT_FDCWD, path: memory.paths[0], flags: O_RDONLY | O_CLOEXEC | O_NOCTTY, mode: 0),
+                .openat(directory: AT_FDCWD, path: memory.paths[1], flags: targetFlags, mode: UInt32(mode)),
+            ], linked: true, mayBlock: true) { opened in finish([stat[0]] + opened + stat.dropFirst()) }
+        }
+    }
+
+    static func openPair(engine: IOEngine, _ paths: Paths, permissions: FilePermissions?,
+                         createNew: Bool, readable: Bool = false) async throws(IOError) -> Pair {
+        let result = await withUnsafeContinuation { continuation in
+            openPair(engine: engine, paths, permissions: permissions, createNew: createNew, readable: readable) {
+                continuation.resume(returning: $0)
+            }
+        }
+        return try result.get()
+    }
+
+    /// After a failure, on `IOQueue.global` rather than the engine's thread
+    /// (an unlink may wait on the file system): closes `fds`, removes
+    /// `removing`, then calls `then`.
+    static func cleanUp(_ fds: [Int32], removing target: FilePath?, then: @escaping @Sendable () -> Void) {
+        IOQueue.global.async {
+            for fd in fds { _ = close(fd) }
+            if let target { _ = target.withPlatformString { unlink($0) } }
+            then()
+        }
+    }
+
+    static func rename(engine: IOEngine, from old: FilePath, to new: FilePath, noReplace: Bool) async throws(Errno) {
+        let box = RequestMemory(paths: [old, new])
+        let res = await box.perform(engine: engine, .renameat(oldDirectory: AT_FDCWD, oldPath: box.paths[0],
+                                                              newDirectory: AT_FDCWD, newPath: box.paths[1],
+                                                              flags: noReplace ? UInt32(RENAME_NOREPLACE) : 0))
+        if res < 0 { throw Errno(rawValue: -res) }
+    }
+}
