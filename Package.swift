@@ -123,11 +123,12 @@ let package = Package(
             // A release ringcp carries the Swift runtime and libraries in its
             // binary: loading and relocating them as shared libraries took
             // about 3 ms of every run, longer than cp's whole run (see
-            // Benchmarks/README.md, "Start-up"). Linked by lld, from the
-            // toolchain (gold warns about the glibc functions the static
-            // FoundationEssentials uses). Debug builds (the tests) link them as
-            // shared libraries. Only this executable has these flags: a package
-            // that depends on the RingIO library is not affected.
+            // Benchmarks/results/copies-and-ringcp.md, "ringcp start-up").
+            // Linked by lld, from the toolchain (gold warns about the glibc
+            // functions the static FoundationEssentials uses). Debug builds
+            // (the tests) link them as shared libraries. Only this executable
+            // has these flags: a package that depends on the RingIO library is
+            // not affected.
             linkerSettings: [
                 .unsafeFlags(["-static-stdlib", "-use-ld=lld"], .when(platforms: [.linux], configuration: .release)),
                 // FoundationEssentials (which ArgumentParser imports) needs these when linked statically.

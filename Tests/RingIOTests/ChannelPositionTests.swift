@@ -10,7 +10,7 @@ import RingIOTestSupport
 @testable import RingIOFiles
 @testable import RingIOBase
 
-/// SEMANTICS.md, "Kinds": by the time a stream operation's final handler
+/// docs/Semantics.md, "Kinds": by the time a stream operation's final handler
 /// call runs, the file position is already where that operation left it.
 @Suite("IOChannel: the file position when a stream operation's last call runs")
 struct ChannelPositionTests {

@@ -57,7 +57,7 @@ let benchmarks: @Sendable () -> Void = {
     // every read (as a program waiting for its reads would keep one): the
     // count is RingIO's plus the handler closure's context, if any. Until
     // 2026-11 a new `IOGroup` per read added 4 allocations of the
-    // benchmark's own (see Benchmarks/README.md).
+    // benchmark's own (see Benchmarks/results/micro-and-allocations.md).
     let path = "/tmp/ringio-micro-\(getpid()).bin"
     let fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
     if fd >= 0 {

@@ -104,7 +104,7 @@ enum DirectBench {
                     readCases.append(("fio io_uring --direct=1, 8 × 1 MiB", { try fio.coldRead(workspace.source, size: size, direct: true, timeout: timeout) }))
                     readCases.append(("fio io_uring buffered, 8 × 1 MiB", { try fio.coldRead(workspace.source, size: size, direct: false, timeout: timeout) }))
                     // What POSIX_FADV_SEQUENTIAL (fio's default hint) is worth: RingIO does not give it,
-                    // as it made cold buffered reads slower here (see NOTES-direct.md).
+                    // as it made cold buffered reads slower here (see Benchmarks/results/direct-io.md).
                     readCases.append(("fio io_uring buffered, no fadvise hint", { try fio.coldRead(workspace.source, size: size, direct: false, hint: false, timeout: timeout) }))
                 }
                 for (name, measure) in rotated(readCases, round) {

@@ -85,8 +85,8 @@ final class Tally: Sendable {
 /// Bytes each of `count` reads delivered so far, counted without a lock or
 /// an object per read (what fio's byte count costs it: nothing per read).
 // @unchecked: read `i`'s count is touched only by that read's handler calls,
-// which never overlap (SEMANTICS: the calls of one operation never overlap),
-// and is read by no other thread.
+// which never overlap (docs/Semantics.md, "Handlers"), and is read by no
+// other thread.
 final class ReadCounts: @unchecked Sendable {
     private let counts: UnsafeMutablePointer<Int>
 

@@ -110,8 +110,9 @@ extension IOChannel {
         let awaited = AwaitedOperation<DataChunk>()
         let result = await withTaskCancellationHandler {
             // Unsafe (unchecked) continuation: the operation calls its handler
-            // with `done` exactly once (SEMANTICS.md: every operation ends
-            // with one last handler call), and only that call resumes.
+            // with `done` exactly once (docs/Semantics.md, "Handlers": every
+            // operation ends with one last handler call), and only that call
+            // resumes.
             await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<DataChunk, Errno>, Never>) in
                 awaited.continuation = continuation
                 // `inline`: the handler runs on the thread that completed the

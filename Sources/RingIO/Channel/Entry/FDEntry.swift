@@ -314,13 +314,14 @@ final class FDEntry: @unchecked Sendable {
                     shortRun = (end, error, [])
                 }
             }
-            // Stream writes run one after another (SEMANTICS.md): once a run
-            // stopped short, the writes behind it must not have landed past
-            // a gap. When the last run in flight has ended, the bytes of
-            // those behind the short run, all past what the file held when
-            // it went out, are cut off again, and their writes report every
-            // byte unwritten, as if they had started after it. (Should the
-            // cut fail, each reports what it wrote, where it wrote it.)
+            // Stream writes run one after another (docs/Semantics.md,
+            // "Kinds"): once a run stopped short, the writes behind it must
+            // not have landed past a gap. When the last run in flight has
+            // ended, the bytes of those behind the short run, all past what
+            // the file held when it went out, are cut off again, and their
+            // writes report every byte unwritten, as if they had started
+            // after it. (Should the cut fail, each reports what it wrote,
+            // where it wrote it.)
             if let cut = shortRun, scheduler.runsInFlight == 0 {
                 shortRun = nil
                 let wrote = cut.held.contains { $0.written > 0 }

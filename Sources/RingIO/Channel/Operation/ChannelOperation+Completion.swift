@@ -70,7 +70,7 @@ extension ChannelOperation {
                 }
             }
             // The position first: the last handler call may read it, or
-            // hand the fd on (SEMANTICS.md, "Kinds").
+            // hand the fd on (docs/Semantics.md, "Kinds").
             if let position = step.position, let entry {
                 _ = lseek(entry.fd, off_t(position), SEEK_SET)
             }

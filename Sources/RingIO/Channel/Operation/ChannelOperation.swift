@@ -69,10 +69,12 @@ package struct OperationOptions: Sendable {
 /// the handler on `queue`, sets the file position, tells the entry.
 ///
 /// Positional operations (random channels, stream channels on regular files)
-/// keep up to `maxInFlight` requests of `chunkSize` bytes in flight at
-/// explicit offsets; a stream operation reads the file position when it
-/// starts and moves it when it ends. On pipes, sockets and ttys one request
-/// is in flight at a time, at the file position.
+/// keep up to `maxInFlight` (4) requests of min(high-water mark,
+/// `chunkSize`) bytes in flight at explicit offsets, and a read in
+/// direct-I/O mode up to `OperationProgress.maxDirectInFlight` (8); a stream
+/// operation reads the file position when it starts and moves it when it
+/// ends. On pipes, sockets and ttys, and for writes to an `O_APPEND` fd, one
+/// request is in flight at a time, at the file position.
 ///
 /// Memory is bounded: no new read is issued while the bytes in flight plus
 /// the bytes delivered but not yet handled reach `maxBufferedBytes`, so a slow

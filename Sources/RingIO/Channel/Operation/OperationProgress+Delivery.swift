@@ -31,7 +31,7 @@ extension OperationProgress {
         let succeeded = end == .complete
         let endPosition = fileBase + Int64(ioHead) + Int64(transferred)
         // The position first: the last handler call may read it, or hand
-        // the fd on (SEMANTICS.md, "Kinds").
+        // the fd on (docs/Semantics.md, "Kinds").
         return FinishStep(truncate: succeeded ? restoreLength : nil,
                           position: isStream && positional && ranOnEntry && positionTaken ? endPosition : nil)
     }
