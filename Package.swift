@@ -46,7 +46,7 @@ let package = Package(
         .target(
             // DataChunk (a `.custom` deallocator runs on an IOQueue).
             name: "RingIOData",
-            dependencies: ["RingIOQueue"],
+            dependencies: ["RingIOBase", "RingIOQueue"],
             path: "Sources/RingIO/Data"
         ),
         .target(

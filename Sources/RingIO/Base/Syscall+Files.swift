@@ -39,6 +39,15 @@ extension Syscall.Call {
     package static let ioctl = Syscall.Call("ioctl")
 }
 
+extension FileType {
+    /// The type in a raw `st_mode` or `stx_mode` (`S_IFMT`'s bits): the
+    /// one place where the library reads them (swift-system's `Stat.type`
+    /// does the same for a `Stat`).
+    ///
+    /// - Parameter mode: A file's mode, type bits and permissions.
+    package init(mode: CModeT) { self.init(rawValue: mode & S_IFMT) }
+}
+
 /// swift-system's calls throw `any Error`, always an `Errno`: as `Errno`.
 @inline(__always)
 private func system<T>(_ body: () throws -> T) throws(Errno) -> T {

@@ -16,6 +16,7 @@ extension Syscall.Call {
     package static let fchown = Syscall.Call("fchown")
     package static let utimensat = Syscall.Call("utimensat")
     package static let getcwd = Syscall.Call("getcwd")
+    package static let opendir = Syscall.Call("opendir")
 }
 
 extension Syscall {
@@ -161,5 +162,31 @@ extension Syscall {
             defer { free(cwd) }
             return FilePath(platformString: cwd)
         }
+    }
+
+    /// The names in the directory at `path`, `.` and `..` left out, in the
+    /// order the file system gives them.
+    ///
+    /// The corresponding C functions are `opendir`, `readdir` and `closedir`.
+    ///
+    /// - Parameter path: The directory.
+    /// - Returns: The names.
+    /// - Throws: The `Errno` of the failed `opendir` (`ENOENT`, `ENOTDIR`, `EACCES`).
+    package static func directoryEntries(_ path: FilePath) throws(Errno) -> [String] {
+        let stream = try withPath(path) { (p) throws(Errno) in
+            try retryingInterrupts(.opendir, .path(p, relativeTo: AT_FDCWD)) { () throws(Errno) in
+                guard let stream = Glibc.opendir(p) else { throw Errno(rawValue: cliburing_errno()) }
+                return stream
+            }
+        }
+        defer { Glibc.closedir(stream) }
+        var names: [String] = []
+        while let entry = Glibc.readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
     }
 }

@@ -6,7 +6,7 @@ import Musl
 import CLiburing
 import SystemPackage
 
-// The process: its ID, other processes, the system's configuration.
+// The process: its ID, other processes, the system's configuration, memory maps.
 
 extension Syscall.Call {
     package static let kill = Syscall.Call("kill")
@@ -43,5 +43,18 @@ extension Syscall {
     /// - Returns: The count.
     package static func onlineProcessors() -> Int {
         Swift.max(1, Int(Glibc.sysconf(CInt(_SC_NPROCESSORS_ONLN))))
+    }
+
+    /// Unmaps `count` bytes at `base` (a mapping the library made, or was
+    /// given with `.unmap`); a failure (a range that was not mapped) is
+    /// ignored, as nothing can be done about it.
+    ///
+    /// The corresponding C function is `munmap`.
+    ///
+    /// - Parameters:
+    ///   - base: The mapping's start.
+    ///   - count: Its length in bytes.
+    package static func munmap(_ base: UnsafeMutableRawPointer, count: Int) {
+        _ = Glibc.munmap(base, count)
     }
 }

@@ -139,4 +139,31 @@ extension Syscall {
     package static func send(_ fd: CInt, _ base: UnsafeRawPointer?, count: Int, flags: CInt) throws(Errno) -> Int {
         try retryingInterrupts(.send, .fd(fd)) { () throws(Errno) in try valueOrErrno(Glibc.send(fd, base, count, flags)) }
     }
+
+    /// Adds `value` to an event counter (wakes whoever waits on it).
+    ///
+    /// The corresponding C function is `write` (8 bytes, on an eventfd).
+    ///
+    /// - Parameters:
+    ///   - fd: The eventfd.
+    ///   - value: What to add.
+    /// - Throws: The `Errno` of the failed call (`EAGAIN`: the counter is full).
+    package static func eventfdWrite(_ fd: CInt, _ value: UInt64 = 1) throws(Errno) {
+        var value = value
+        _ = try withUnsafeBytes(of: &value) { (bytes) throws(Errno) in try write(fd, from: bytes) }
+    }
+
+    /// Reads and resets an event counter.
+    ///
+    /// The corresponding C function is `read` (8 bytes, on an eventfd).
+    ///
+    /// - Parameter fd: The eventfd.
+    /// - Returns: Its count.
+    /// - Throws: The `Errno` of the failed call (`EAGAIN`: zero, non-blocking).
+    @discardableResult
+    package static func eventfdRead(_ fd: CInt) throws(Errno) -> UInt64 {
+        var value: UInt64 = 0
+        _ = try withUnsafeMutableBytes(of: &value) { (bytes) throws(Errno) in try read(fd, into: bytes) }
+        return value
+    }
 }
