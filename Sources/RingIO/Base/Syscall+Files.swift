@@ -6,7 +6,7 @@ import Musl
 import CLiburing
 import SystemPackage
 
-// Files: open, close, read, write, stat, truncate, seek, sync, fcntl.
+// Files: open, close, read, write, truncate, seek, sync, fcntl, ioctl (stat: Syscall+Stat.swift).
 // Descriptors are `CInt`, as the library keeps them (io_uring's requests
 // and its registered table take them so); swift-system's `FileDescriptor`
 // is made where its call is used.
@@ -25,11 +25,6 @@ extension Syscall.Call {
     package static let pwrite = Syscall.Call("pwrite")
     package static let writev = Syscall.Call("writev")
     package static let pwritev = Syscall.Call("pwritev")
-    package static let fstat = Syscall.Call("fstat")
-    package static let stat = Syscall.Call("stat")
-    package static let lstat = Syscall.Call("lstat")
-    package static let statx = Syscall.Call("statx")
-    package static let fstatfs = Syscall.Call("fstatfs")
     package static let ftruncate = Syscall.Call("ftruncate")
     package static let fallocate = Syscall.Call("fallocate")
     package static let lseek = Syscall.Call("lseek")
@@ -37,27 +32,6 @@ extension Syscall.Call {
     package static let fdatasync = Syscall.Call("fdatasync")
     package static let fcntl = Syscall.Call("fcntl")
     package static let ioctl = Syscall.Call("ioctl")
-}
-
-extension FileType {
-    /// The type in a raw `st_mode` or `stx_mode` (`S_IFMT`'s bits): the
-    /// one place where the library reads them (swift-system's `Stat.type`
-    /// does the same for a `Stat`).
-    ///
-    /// - Parameter mode: A file's mode, type bits and permissions.
-    package init(mode: CModeT) { self.init(rawValue: mode & S_IFMT) }
-}
-
-/// swift-system's calls throw `any Error`, always an `Errno`: as `Errno`.
-@inline(__always)
-private func system<T>(_ body: () throws -> T) throws(Errno) -> T {
-    do {
-        return try body()
-    } catch let error as Errno {
-        throw error
-    } catch {
-        preconditionFailure("swift-system threw \(error), not an Errno")
-    }
 }
 
 // MARK: - open, close
@@ -126,7 +100,7 @@ extension Syscall {
     ///   that writes back on close), never `EINTR`.
     package static func close(_ fd: CInt) throws(Errno) {
         do {
-            try once(.close, .fd(fd)) { () throws(Errno) in try system { try FileDescriptor(rawValue: fd).close() } }
+            try once(.close, .fd(fd)) { () throws(Errno) in try swiftSystem { try FileDescriptor(rawValue: fd).close() } }
         } catch .interrupted {
             return
         }
@@ -157,7 +131,7 @@ extension Syscall {
     /// - Throws: The `Errno` of the failed call.
     package static func read(_ fd: CInt, into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
         try retryingInterrupts(.read, .fd(fd)) { () throws(Errno) in
-            try system { try FileDescriptor(rawValue: fd).read(into: buffer, retryOnInterrupt: false) }
+            try swiftSystem { try FileDescriptor(rawValue: fd).read(into: buffer, retryOnInterrupt: false) }
         }
     }
 
@@ -173,7 +147,7 @@ extension Syscall {
     /// - Throws: The `Errno` of the failed call.
     package static func pread(_ fd: CInt, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(Errno) -> Int {
         try retryingInterrupts(.pread, .fd(fd)) { () throws(Errno) in
-            try system { try FileDescriptor(rawValue: fd).read(fromAbsoluteOffset: offset, into: buffer, retryOnInterrupt: false) }
+            try swiftSystem { try FileDescriptor(rawValue: fd).read(fromAbsoluteOffset: offset, into: buffer, retryOnInterrupt: false) }
         }
     }
 
@@ -224,7 +198,7 @@ extension Syscall {
     /// - Throws: The `Errno` of the failed call.
     package static func write(_ fd: CInt, from buffer: UnsafeRawBufferPointer) throws(Errno) -> Int {
         try retryingInterrupts(.write, .fd(fd)) { () throws(Errno) in
-            try system { try FileDescriptor(rawValue: fd).write(buffer, retryOnInterrupt: false) }
+            try swiftSystem { try FileDescriptor(rawValue: fd).write(buffer, retryOnInterrupt: false) }
         }
     }
 
@@ -240,7 +214,7 @@ extension Syscall {
     /// - Throws: The `Errno` of the failed call.
     package static func pwrite(_ fd: CInt, from buffer: UnsafeRawBufferPointer, at offset: Int64) throws(Errno) -> Int {
         try retryingInterrupts(.pwrite, .fd(fd)) { () throws(Errno) in
-            try system { try FileDescriptor(rawValue: fd).write(toAbsoluteOffset: offset, buffer, retryOnInterrupt: false) }
+            try swiftSystem { try FileDescriptor(rawValue: fd).write(toAbsoluteOffset: offset, buffer, retryOnInterrupt: false) }
         }
     }
 
@@ -263,87 +237,6 @@ extension Syscall {
     }
 }
 
-// MARK: - stat
-
-extension Syscall {
-    /// The status of an open file.
-    ///
-    /// The corresponding C function is `fstat`.
-    ///
-    /// - Parameter fd: The descriptor.
-    /// - Returns: Its status (`.type`, `.size`, `.inode`, ...).
-    /// - Throws: The `Errno` of the failed call.
-    package static func fstat(_ fd: CInt) throws(Errno) -> Stat {
-        try retryingInterrupts(.fstat, .fd(fd)) { () throws(Errno) in
-            try Stat(FileDescriptor(rawValue: fd), retryOnInterrupt: false)
-        }
-    }
-
-    /// The status of the file at `path`, a symbolic link followed.
-    ///
-    /// The corresponding C function is `stat`.
-    ///
-    /// - Parameter path: The file.
-    /// - Returns: Its status.
-    /// - Throws: The `Errno` of the failed call.
-    package static func stat(_ path: FilePath) throws(Errno) -> Stat {
-        try withPath(path) { (p) throws(Errno) in
-            try retryingInterrupts(.stat, .path(p, relativeTo: AT_FDCWD)) { () throws(Errno) in
-                try Stat(p, followTargetSymlink: true, retryOnInterrupt: false)
-            }
-        }
-    }
-
-    /// The status of the file at `path`, a symbolic link itself.
-    ///
-    /// The corresponding C function is `lstat`.
-    ///
-    /// - Parameter path: The file.
-    /// - Returns: Its status.
-    /// - Throws: The `Errno` of the failed call.
-    package static func lstat(_ path: FilePath) throws(Errno) -> Stat {
-        try withPath(path) { (p) throws(Errno) in
-            try retryingInterrupts(.lstat, .path(p, relativeTo: AT_FDCWD)) { () throws(Errno) in
-                try Stat(p, followTargetSymlink: false, retryOnInterrupt: false)
-            }
-        }
-    }
-
-    /// Fills `buffer` with the `mask` fields of `path`'s status (an empty
-    /// `path` with `AT_EMPTY_PATH` in `flags`: `directory` itself).
-    ///
-    /// The corresponding C function is `statx`.
-    ///
-    /// - Parameters:
-    ///   - directory: A directory's (or with an empty path, the file's)
-    ///     descriptor, or `AT_FDCWD`.
-    ///   - path: The file.
-    ///   - flags: `AT_*` flags.
-    ///   - mask: The `STATX_*` fields wanted.
-    ///   - buffer: Where they go.
-    /// - Throws: The `Errno` of the failed call.
-    package static func statx(_ directory: CInt, _ path: UnsafePointer<CChar>, flags: CInt, mask: UInt32,
-                              into buffer: UnsafeMutablePointer<cliburing_statx_t>) throws(Errno) {
-        _ = try retryingInterrupts(.statx, .path(path, relativeTo: directory)) { () throws(Errno) in
-            try valueOrErrno(cliburing_statx(directory, path, flags, mask, buffer))
-        }
-    }
-
-    /// The type of the file system `fd` is on (`statfs`'s `f_type`, such
-    /// as `0xEF53` for ext2/3/4).
-    ///
-    /// The corresponding C function is `fstatfs`.
-    ///
-    /// - Parameter fd: The descriptor.
-    /// - Returns: The magic number.
-    /// - Throws: The `Errno` of the failed call.
-    package static func fileSystemType(_ fd: CInt) throws(Errno) -> Int64 {
-        try retryingInterrupts(.fstatfs, .fd(fd)) { () throws(Errno) in
-            Int64(try valueOrErrno(cliburing_fs_type(fd)))
-        }
-    }
-}
-
 // MARK: - size, position, sync, flags
 
 extension Syscall {
@@ -357,7 +250,7 @@ extension Syscall {
     /// - Throws: The `Errno` of the failed call.
     package static func ftruncate(_ fd: CInt, to size: Int64) throws(Errno) {
         try retryingInterrupts(.ftruncate, .fd(fd)) { () throws(Errno) in
-            try system { try FileDescriptor(rawValue: fd).resize(to: size, retryOnInterrupt: false) }
+            try swiftSystem { try FileDescriptor(rawValue: fd).resize(to: size, retryOnInterrupt: false) }
         }
     }
 
@@ -392,7 +285,7 @@ extension Syscall {
     @discardableResult
     package static func lseek(_ fd: CInt, _ offset: Int64, _ whence: CInt) throws(Errno) -> Int64 {
         try retryingInterrupts(.lseek, .fd(fd)) { () throws(Errno) in
-            try system { try FileDescriptor(rawValue: fd).seek(offset: offset, from: FileDescriptor.SeekOrigin(rawValue: whence)) }
+            try swiftSystem { try FileDescriptor(rawValue: fd).seek(offset: offset, from: FileDescriptor.SeekOrigin(rawValue: whence)) }
         }
     }
 

@@ -31,8 +31,9 @@ import SystemPackage
 ///   (a count, a descriptor, a `Stat`), `Void` for a bare `0`;
 /// - its doc comment ends with "The corresponding C function is `x`.";
 /// - its body is one `retryingInterrupts(.name, target) { ... }` around
-///   either swift-system's call (with `retryOnInterrupt: false`: the retry
-///   is here) or the C function inside `valueOrErrno(_:)`;
+///   either swift-system's call inside `swiftSystem(_:)` (with
+///   `retryOnInterrupt: false`: the retry is here), or the C function
+///   inside `valueOrErrno(_:)`;
 /// - its `Call` is a `static let` in the same file (`extension Syscall.Call`).
 ///
 /// ```swift
@@ -124,6 +125,24 @@ extension Syscall {
         if let injected = Mock.fault(for: call, target) { throw injected }
         #endif
         return try body()
+    }
+
+    /// Runs a swift-system call, which throws `any Error` (always an
+    /// `Errno`), with the typed error: the body of a function whose call
+    /// swift-system has (with `retryOnInterrupt: false`).
+    ///
+    /// - Parameter body: The swift-system call.
+    /// - Returns: What it returned.
+    /// - Throws: Its `Errno`.
+    @inline(__always)
+    package static func swiftSystem<T>(_ body: () throws -> T) throws(Errno) -> T {
+        do {
+            return try body()
+        } catch let error as Errno {
+            throw error
+        } catch {
+            preconditionFailure("swift-system threw \(error), not an Errno")
+        }
     }
 
     /// `result`, or the `Errno` the C function set when it returned `-1`:
