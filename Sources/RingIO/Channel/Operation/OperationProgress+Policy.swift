@@ -14,10 +14,13 @@ extension OperationProgress {
     /// last, and the entry queues those in submission order, so coalescing
     /// changes no handler sequence.
     /// - Parameter context: what the entry says of the file (`channelBase`
-    ///   is not used).
-    func isPipelinableWrite(_ context: StartContext) -> Bool {
-        isStream && direction == .write && settings.interval == nil && length <= settings.requestSize
-            && context.positionalFile && !context.appendMode
+    ///   is not used); asked only for a stream write.
+    func isPipelinableWrite(_ context: @autoclosure () -> StartContext) -> Bool {
+        guard isStream && direction == .write && settings.interval == nil && length <= settings.requestSize else {
+            return false
+        }
+        let context = context()
+        return context.positionalFile && !context.appendMode
             // Direct I/O: whole blocks only (the entry checks the position).
             && context.directAlignment.map { length % $0.offset == 0 } ?? true
     }
