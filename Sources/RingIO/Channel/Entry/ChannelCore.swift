@@ -225,7 +225,7 @@ package final class ChannelCore: @unchecked Sendable {
         }
         lock.unlock()
         if let immediate { operation.finishWithoutIO(immediate) }
-        if let (entry, items) = ready { entry.start(items) }
+        if let (entry, items) = ready { entry.start(items, submitting: operation) }
         if open { openPath() }
         return operation
     }
@@ -402,13 +402,13 @@ package final class ChannelCore: @unchecked Sendable {
                 case .failure(let error):
                     _ = Glibc.close(fd)
                     pathFailed(error)
-                case .success(let (fileKind, _)):
+                case .success(let (fileKind, identity)):
                     // The file may have changed since the check.
                     if let error = fileKind.unusable(for: kind) {
                         _ = Glibc.close(fd)
                         return pathFailed(error)
                     }
-                    pathOpened(FDEntry.owning(fd: fd, kind: fileKind))
+                    pathOpened(FDEntry.owning(fd: fd, kind: fileKind, identity: identity))
                 }
             }
         }
