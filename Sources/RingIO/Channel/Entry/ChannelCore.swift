@@ -21,7 +21,9 @@ struct PathSpec: Sendable {
 }
 
 /// The state of one channel, shared with its operations; `IOChannel` is the
-/// public face that closes it when released.
+/// public face that closes it when released. The shell around its
+/// `ChannelLifecycle`: it holds the one lock around it, and carries out what
+/// each event returns once the lock is released.
 // @unchecked: `kind`, `queue`, `engine`, `cleanup` and `pathSpec` are
 // immutable; every other field is read and written only with `lock` held.
 package final class ChannelCore: @unchecked Sendable {
@@ -34,10 +36,7 @@ package final class ChannelCore: @unchecked Sendable {
         case failed(Errno)
     }
 
-    private enum Deferred {
-        case operation(ChannelOperation)
-        case barrier(@Sendable () -> Void)
-    }
+    typealias Lifecycle = ChannelLifecycle<FDEntry, ChannelOperation>
 
     let kind: IOChannel.Kind
     package let queue: IOQueue
@@ -46,32 +45,28 @@ package final class ChannelCore: @unchecked Sendable {
     let pathSpec: PathSpec?
 
     private let lock = PlainLock()
-    private var target: Target
+    private var lifecycle: Lifecycle
     private var settings = ChannelSettings()
-    private var closed = false
-    private var stopped = false
-    /// The cleanup handler ran, or was handed to the entry: never twice.
-    private var cleanupHandedOff = false
     /// The operations whose last handler call has not returned: an intrusive
     /// list through their `activeNext`/`activePrevious` (no hashing, no
     /// allocation per operation).
     private var activeHead: ChannelOperation?
-    // Path channels only.
-    private var checked = false
-    private var opening = false
-    private var deferred: [Deferred] = []
 
     /// A channel on an fd (or on an entry of another channel), or a failed one.
     init(kind: IOChannel.Kind, target: Target, queue: IOQueue, engine: IOEngine,
          cleanup: @escaping @Sendable (Errno?) -> Void) {
         self.kind = kind
-        self.target = target
+        switch target {
+        case .entry(let entry, let base): self.lifecycle = Lifecycle(.open(entry, base: base))
+        case .unopened: self.lifecycle = Lifecycle(.unopened(.checking))
+        case .failed(let error): self.lifecycle = Lifecycle(.failed(error))
+        }
         self.queue = queue
         self.engine = engine
         self.cleanup = cleanup
         self.pathSpec = nil
         if case .failed(let error) = target {
-            cleanupHandedOff = true
+            // The lifecycle counts it handed off.
             queue.async { cleanup(error) }
         }
     }
@@ -80,7 +75,7 @@ package final class ChannelCore: @unchecked Sendable {
     init(kind: IOChannel.Kind, path: PathSpec, queue: IOQueue, engine: IOEngine,
          cleanup: @escaping @Sendable (Errno?) -> Void) {
         self.kind = kind
-        self.target = .unopened
+        self.lifecycle = Lifecycle(.unopened(.checking))
         self.queue = queue
         self.engine = engine
         self.cleanup = cleanup
@@ -116,22 +111,19 @@ package final class ChannelCore: @unchecked Sendable {
     /// A path channel's check or open error; `nil` while it works, and for fd channels.
     package var pathFailure: Errno? {
         guard pathSpec != nil else { return nil }
-        return lock.withLock { () -> Errno? in
-            if case .failed(let error) = target { return error }
-            return nil
-        }
+        return lock.withLock { lifecycle.failure }
     }
 
     /// What a channel made from this one starts from (`IOChannel(kind:channel:)`).
     func derive(kind newKind: IOChannel.Kind) -> (Target?, PathSpec?) {
         lock.withLock { () -> (Target?, PathSpec?) in
-            if closed { return (.failed(.canceled), nil) }
-            switch target {
+            if lifecycle.isClosed { return (.failed(.canceled), nil) }
+            switch lifecycle.target {
             case .failed(let error):
                 return (.failed(error), nil)
             case .unopened:
                 return (nil, pathSpec)
-            case .entry(let entry, _):
+            case .open(let entry, _):
                 if let pathSpec { return (nil, pathSpec) }
                 if let error = entry.kind.unusable(for: newKind) { return (.failed(error), nil) }
                 switch Self.randomBase(fd: entry.fd, kind: newKind) {
@@ -176,19 +168,11 @@ package final class ChannelCore: @unchecked Sendable {
 
     /// The entry of an open channel.
     var currentEntry: FDEntry? {
-        lock.withLock {
-            if closed { return nil }
-            if case .entry(let entry, _) = target { return entry }
-            return nil
-        }
+        lock.withLock { lifecycle.currentEntry }
     }
 
     var fileDescriptor: FileDescriptor? {
-        lock.withLock {
-            if closed { return nil }
-            if case .entry(let entry, _) = target { return FileDescriptor(rawValue: entry.fd) }
-            return nil
-        }
+        currentEntry.map { FileDescriptor(rawValue: $0.fd) }
     }
 
     // MARK: - operations
@@ -202,52 +186,37 @@ package final class ChannelCore: @unchecked Sendable {
                                          engine: engine, settings: settings, offset: offset, length: length,
                                          data: data, options: options, channel: self,
                                          handler: handler)
-        var immediate: Errno?? = nil  // .some(error or nil): finish without I/O
-        var ready: (FDEntry, FDEntry.Ready)?
-        var open = false
-        if closed {
-            immediate = .some(.canceled)
-        } else if case .failed(let error) = target {
-            immediate = .some(error)
-        } else if length == 0 {
-            immediate = .some(nil)
-        } else {
+        switch lifecycle.submit(operation, length: length) {
+        case .finishWithoutIO(let error):
+            lock.unlock()
+            operation.finishWithoutIO(error)
+        case .enqueue(let entry, let base):
             insertActiveLocked(operation)
-            switch target {
-            case .entry(let entry, let base):
-                ready = (entry, operation.enqueue(on: entry, base: base))
-            case .unopened:
-                deferred.append(.operation(operation))
-                open = startOpenIfNeededLocked()
-            case .failed:
-                break
-            }
+            let ready = operation.enqueue(on: entry, base: base)
+            lock.unlock()
+            entry.start(ready, submitting: operation)
+        case .deferred(let openNow):
+            insertActiveLocked(operation)
+            lock.unlock()
+            if openNow { openPath() }
         }
-        lock.unlock()
-        if let immediate { operation.finishWithoutIO(immediate) }
-        if let (entry, items) = ready { entry.start(items, submitting: operation) }
-        if open { openPath() }
         return operation
     }
 
     func barrier(_ work: @escaping @Sendable () -> Void) {
         lock.lock()
-        var ready: (FDEntry, FDEntry.Ready)?
-        var runNow = false
-        var open = false
-        switch target {
-        case .entry(let entry, _):
-            ready = (entry, entry.enqueueBarrier(queue: queue, work))
-        case .unopened where !closed:
-            deferred.append(.barrier(work))
-            open = startOpenIfNeededLocked()
-        case .unopened, .failed:
-            runNow = true
+        switch lifecycle.barrier(work) {
+        case .enqueue(let entry):
+            let ready = entry.enqueueBarrier(queue: queue, work)
+            lock.unlock()
+            entry.start(ready)
+        case .deferred(let openNow):
+            lock.unlock()
+            if openNow { openPath() }
+        case .runNow:
+            lock.unlock()
+            queue.async(work)
         }
-        lock.unlock()
-        if runNow { queue.async(work) }
-        if let (entry, items) = ready { entry.start(items) }
-        if open { openPath() }
     }
 
     /// The operations' bytes requested but not yet handled (for tests).
@@ -297,66 +266,36 @@ package final class ChannelCore: @unchecked Sendable {
     /// path to open (a FIFO with no other end blocks there) ends at once with
     /// `ECANCELED`, as `close(stop: true)` ends it; any other is stopped.
     func cancel(_ operation: ChannelOperation) {
-        let waitingForOpen = lock.withLock { () -> Bool in
-            guard let index = deferred.firstIndex(where: {
-                if case .operation(let op) = $0 { return op === operation }
-                return false
-            }) else { return false }
-            deferred.remove(at: index)
-            return true
+        switch lock.withLock({ lifecycle.cancel(operation) }) {
+        case .finishWithoutIO(let cleanupNow):
+            operation.finishWithoutIO(.canceled)
+            if cleanupNow { runCleanup(nil) }
+        case .stop:
+            operation.stop()
         }
-        if waitingForOpen { operation.finishWithoutIO(.canceled) } else { operation.stop() }
     }
 
     // MARK: - close
 
     func close(stop: Bool) {
         lock.lock()
-        var toStop: [ChannelOperation] = []
-        var cancelled: [Deferred] = []
-        if stop && !stopped {
-            stopped = true
-            toStop = activeLocked()
-            cancelled = deferred.filter { if case .operation = $0 { return true } else { return false } }
-            deferred.removeAll { if case .operation = $0 { return true } else { return false } }
-        }
-        var closeEntry: FDEntry?
-        var cleanupNow = false
-        if !closed {
-            closed = true
-            switch target {
-            case .entry(let entry, _):
-                if !cleanupHandedOff {
-                    cleanupHandedOff = true
-                    closeEntry = entry
-                }
-            case .unopened:
-                if !opening && deferred.isEmpty && !cleanupHandedOff {
-                    cleanupHandedOff = true
-                    cleanupNow = true
-                }
-            case .failed:
-                break
-            }
-        }
+        let actions = lifecycle.close(stop: stop)
+        let toStop = actions.stopActive ? activeLocked() : []
         lock.unlock()
-        for case .operation(let op) in cancelled { op.finishWithoutIO(.canceled) }
+        for op in actions.cancel { op.finishWithoutIO(.canceled) }
         for op in toStop { op.stop() }
-        if let closeEntry { closeEntry.channelClosed(cleanup: .init(queue: queue, handler: cleanup)) }
-        if cleanupNow {
-            let cleanup = self.cleanup
-            queue.async { cleanup(nil) }
-        }
+        if let entry = actions.closeEntry { entry.channelClosed(cleanup: .init(queue: queue, handler: cleanup)) }
+        if actions.cleanupNow { runCleanup(nil) }
+    }
+
+    /// Runs the cleanup handler on the channel's queue (the lifecycle
+    /// handed it off: once).
+    private func runCleanup(_ error: Errno?) {
+        let cleanup = self.cleanup
+        queue.async { cleanup(error) }
     }
 
     // MARK: - path channels
-
-    /// With the lock held: whether the caller must start opening the file now.
-    private func startOpenIfNeededLocked() -> Bool {
-        guard checked, !opening, case .unopened = target, !deferred.isEmpty else { return false }
-        opening = true
-        return true
-    }
 
     /// The asynchronous check of a path channel's path (statx; with `.create`
     /// and no file, its directory).
@@ -383,10 +322,7 @@ package final class ChannelCore: @unchecked Sendable {
     }
 
     private func pathChecked() {
-        let open = lock.withLock { () -> Bool in
-            checked = true
-            return startOpenIfNeededLocked()
-        }
+        let open = lock.withLock { lifecycle.pathChecked() }
         if open { openPath() }
     }
 
@@ -416,47 +352,28 @@ package final class ChannelCore: @unchecked Sendable {
 
     private func pathOpened(_ entry: FDEntry) {
         lock.lock()
-        target = .entry(entry, base: 0)
-        opening = false
-        let pending = deferred
-        deferred = []
+        let actions = lifecycle.pathOpened(entry)
         var ready = FDEntry.Ready()
-        for item in pending {
+        for item in actions.pending {
             switch item {
             case .operation(let op): ready += op.enqueue(on: entry, base: 0)
             case .barrier(let work): ready += entry.enqueueBarrier(queue: queue, work)
             }
         }
-        var handOff = false
-        if closed && !cleanupHandedOff {
-            cleanupHandedOff = true
-            handOff = true
-        }
         lock.unlock()
         entry.start(ready)
-        if handOff { entry.channelClosed(cleanup: .init(queue: queue, handler: cleanup)) }
+        if actions.handOffCleanup { entry.channelClosed(cleanup: .init(queue: queue, handler: cleanup)) }
     }
 
     private func pathFailed(_ error: Errno) {
-        lock.lock()
-        target = .failed(error)
-        opening = false
-        checked = true
-        let pending = deferred
-        deferred = []
-        let runCleanup = !cleanupHandedOff
-        cleanupHandedOff = true
-        lock.unlock()
-        for item in pending {
+        let actions = lock.withLock { lifecycle.pathFailed(error) }
+        for item in actions.pending {
             switch item {
             case .operation(let op): op.finishWithoutIO(error)
             case .barrier(let work): queue.async(work)
             }
         }
-        if runCleanup {
-            let cleanup = self.cleanup
-            queue.async { cleanup(error) }
-        }
+        if actions.runCleanup { runCleanup(error) }
     }
 }
 

@@ -22,6 +22,12 @@ struct ChannelSettings: Sendable {
     /// not in direct-I/O mode fails with `EINVAL`.
     var directIO: IOChannel.DirectIO = .off
 
+    /// The size of an operation's requests: the high-water mark, capped by
+    /// the chunk size and at least a page (4096). A write reports its
+    /// progress per request, and one that fits in one request may be
+    /// coalesced (`OperationProgress.isPipelinableWrite`).
+    var requestSize: Int { Swift.min(IOChannel.chunkSize, Swift.max(high, 4096)) }
+
     /// The most bytes one handler call delivers: the high-water mark, and
     /// with the default low-water mark on files, one chunk.
     func deliverySize(positional: Bool) -> Int {
@@ -89,48 +95,29 @@ package final class ChannelOperation: SchedulableOperation, IORequestTarget, @un
     package typealias Direction = OperationDirection
     typealias Progress = OperationProgress<SlotIO>
 
-    /// A stream write on a regular file that goes out as one request and has
-    /// no interval: it may go out in one `pwritev` with the stream writes
-    /// queued next to it (`CoalescedWrite`). Such a write makes exactly one
-    /// handler call, its last, and the entry queues those in submission
-    /// order, so coalescing changes no handler sequence.
-    ///
-    /// On an `O_APPEND` fd too (not in direct-I/O mode): one `pwritev` there
-    /// lands whole at the end of the file, whatever its offset, as one
-    /// `write(2)` would, and the entry keeps one such run in flight at a
-    /// time (`EntrySchedulerHost.appendMode`), so the runs land in order.
-    /// A log of 4 KiB records queued with handlers went from 41,400 to the
-    /// rate of the same log opened `.truncate` (Benchmarks/results/natural-path.md).
+    /// Whether this write may go out in a coalesced `pwritev`
+    /// (`OperationProgress.isPipelinableWrite`); asked by the entry when it
+    /// queues the operation.
     var isPipelinableWrite: Bool {
-        isStream && direction == .write && settings.interval == nil
-            && length <= Swift.min(IOChannel.chunkSize, Swift.max(settings.high, 4096))
-            && entry.map { entry in
-                guard entry.kind.isPositional else { return false }
-                guard let alignment = entry.directAlignment else { return true }
-                // Direct I/O: whole blocks only (the entry checks the
-                // position), and never appending (the end of the file need
-                // not be aligned).
-                return !entry.appendMode && length % alignment.offset == 0
-            } ?? false
+        guard let entry else { return false }
+        let context = Progress.StartContext(positionalFile: entry.kind.isPositional, appendMode: entry.appendMode,
+                                            directAlignment: entry.directAlignment)
+        return fixed { $0.isPipelinableWrite(context) }
     }
 
-    /// A write in direct-I/O mode that may read-modify-write a block (a
-    /// random write with an unaligned end, or a stream write that would not
-    /// start and end aligned at `streamPosition`, or whose position is not
-    /// known yet): it runs alone on its entry. Asked by the entry, under its
-    /// lock, before the operation starts.
+    /// Whether this write must run alone on its entry
+    /// (`OperationProgress.needsExclusiveRun`). Asked by the entry, under
+    /// its lock, before the operation starts.
     func needsExclusiveRun(_ alignment: DirectAlignment, streamPosition: Int64?) -> Bool {
-        guard direction == .write else { return false }
-        let a = Int64(alignment.offset)
-        let start: Int64
-        if isStream {
-            guard let streamPosition else { return true }
-            start = streamPosition
-        } else {
-            start = channelBase &+ userOffset
-        }
-        return start % a != 0 || (start &+ Int64(length)) % a != 0
+        let base = channelBase
+        return fixed { $0.needsExclusiveRun(alignment, streamPosition: streamPosition, channelBase: base) }
     }
+
+    /// Asks the progress about what is fixed at its creation (its `let`s),
+    /// without the lock: no transition writes them. In place: a read of
+    /// `state` as a value would copy it (retaining all it holds).
+    @inline(__always)
+    func fixed<R>(_ body: (inout Progress) -> R) -> R { body(&state) }
 
     static var maxInFlight: Int { Progress.maxInFlight }
     static let maxBufferedBytes = 8 * IOChannel.chunkSize

@@ -169,15 +169,9 @@ final class CoalescedWrite: @unchecked Sendable {
 // A write's side of a coalesced run.
 extension ChannelOperation {
     /// In direct-I/O mode: whether this write's bytes may go to the file as
-    /// they are, in a `pwritev` with others (each region aligned in memory
-    /// and a whole number of blocks long).
+    /// they are (`OperationProgress.mayCoalesce`).
     func mayCoalesce(_ alignment: DirectAlignment) -> Bool {
-        var aligned = true
-        data.apply { _, _, bytes in
-            aligned = Int(bitPattern: bytes.baseAddress) % alignment.memory == 0 && bytes.count % alignment.offset == 0
-            return aligned
-        }
-        return aligned
+        fixed { $0.mayCoalesce(alignment) }
     }
 
     /// The entry put this write in a coalesced `pwritev`: false if it was

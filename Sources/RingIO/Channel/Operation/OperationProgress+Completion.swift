@@ -13,6 +13,7 @@ import RingIOQueue
 extension OperationProgress {
     /// A request of slot `id` completed with `res` (bytes, or a negated errno).
     mutating func completed(_ id: Int, _ res: Int32, host: some OperationProgressHost<Payload>) -> Actions {
+        defer { _invariantCheck() }
         inFlight -= 1
         // A slot no longer open lay past the end: its result is ignored.
         guard let i = index(of: id) else { return settle(again: nil, host: host) }
@@ -69,6 +70,7 @@ extension OperationProgress {
 
     /// The poll of slot `id` (after `EAGAIN`) completed with `res`.
     mutating func polled(_ id: Int, _ res: Int32, host: some OperationProgressHost<Payload>) -> Actions {
+        defer { _invariantCheck() }
         inFlight -= 1
         guard let i = index(of: id) else { return settle(again: nil, host: host) }
         if res < 0 && res != -EINTR || stopped || end != nil {
@@ -103,22 +105,22 @@ extension OperationProgress {
             transferred += Swift.max(0, upper - lower)
             if !positional && direction == .read { issued = transferred }
             if let error = head.error {
-                end = .failed(stopped && error == .canceled ? .canceled : error)
+                conclude(.failed(stopped && error == .canceled ? .canceled : error))
             } else if head.endOfFile {
-                end = .endOfFile
+                conclude(.endOfFile)
             } else if head.done < head.size && direction == .read && stopped {
-                end = .failed(.canceled)
+                conclude(.failed(.canceled))
             }
         }
         if end == nil {
             if transferred == length {
-                end = .complete
+                conclude(.complete)
             } else if cutAtLargestOffset && slots.isEmpty && issued >= ioLength {
-                end = .endOfFile
+                conclude(.endOfFile)
             } else if options.endAfterFirstBytes && !positional && transferred > 0 {
-                end = .complete
+                conclude(.complete)
             } else if stopped && inFlight == 0 {
-                end = .failed(.canceled)
+                conclude(.failed(.canceled))
             }
         }
         if end != nil {
@@ -159,6 +161,7 @@ extension OperationProgress {
     /// a strict one delivers what is buffered, even nothing, a non-strict
     /// one only what reaches the low-water mark.
     mutating func tick() -> Runner? {
+        defer { _invariantCheck() }
         if ioDone || end != nil { return nil }
         return deliverByWaterMarks(force: settings.strictInterval)
     }

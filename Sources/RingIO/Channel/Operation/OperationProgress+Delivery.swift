@@ -11,8 +11,8 @@ extension OperationProgress {
     /// An operation that never reached an entry (closed or failed channel,
     /// empty range): its one and only handler call.
     mutating func finishWithoutIO(_ error: Errno?) -> Runner {
-        ioDone = true
-        started = true
+        defer { _invariantCheck() }
+        enterFinishedWithoutIO(error)
         switch direction {
         case .read:
             return enqueue(Delivery(done: true, data: error == nil ? .empty : nil, error: error, bytes: 0))
@@ -26,8 +26,9 @@ extension OperationProgress {
     /// was already finished. `ranOnEntry`: the operation started on its
     /// entry (a stream operation then moves the file position).
     mutating func finishIO(ranOnEntry: Bool) -> FinishStep? {
+        defer { _invariantCheck() }
         guard !ioDone, let end else { return nil }
-        ioDone = true
+        enterFinished()
         let succeeded = end == .complete
         let endPosition = fileBase + Int64(ioHead) + Int64(transferred)
         // The position first: the last handler call may read it, or hand
@@ -43,7 +44,8 @@ extension OperationProgress {
     /// `deferRunner`: the caller puts the runner on `queue` itself, in an
     /// order it keeps (`finishCoalesced`).
     mutating func queueFinalDeliveries(tellEntry: Bool, deferRunner: Bool = false) -> (Runner, tellEntry: Bool) {
-        let end = self.end!
+        defer { _invariantCheck() }
+        guard ioDone, let end else { illegal("queueFinalDeliveries") }
         var runner = Runner.none
         switch direction {
         case .read:
@@ -79,10 +81,10 @@ extension OperationProgress {
         }
         // This caller schedules the runner it was handed before it tells the
         // entry: no other thread's notice is needed for that one.
-        if runner == .schedule { runnerEnqueuePending = false }
+        if runner == .schedule { setHandshake(.settled) }
         guard tellEntry else { return (runner, false) }
-        if runnerEnqueuePending {
-            entryNoticeDeferred = true
+        if handshake == .enqueuePending {
+            setHandshake(.entryNoticeDeferred)
             return (runner, false)
         }
         return (runner, true)
@@ -92,12 +94,10 @@ extension OperationProgress {
     /// queue: returns whether the caller must now tell the entry the I/O is
     /// over (a `finishIO` on another thread left that to it).
     mutating func runnerQueued() -> Bool {
-        runnerEnqueuePending = false
-        if entryNoticeDeferred {
-            entryNoticeDeferred = false
-            return true
-        }
-        return false
+        defer { _invariantCheck() }
+        let deferred = handshake == .entryNoticeDeferred
+        setHandshake(.settled)
+        return deferred
     }
 
     // MARK: - coalesced writes
@@ -105,10 +105,10 @@ extension OperationProgress {
     /// The entry put this write in a coalesced `pwritev`: false if it was
     /// stopped first (it is left out, and reports all its bytes unwritten).
     mutating func beginCoalesced() -> Bool {
-        started = true
+        defer { _invariantCheck() }
+        enterCoalesced()
         positional = true
-        coalesced = !stopped
-        return coalesced
+        return !stopped
     }
 
     /// This write's share of its coalesced `pwritev` (`written` bytes, then
@@ -116,9 +116,9 @@ extension OperationProgress {
     /// call. Returns whether the caller must run it (the caller puts it on
     /// `queue`, or runs it, in the order of the run).
     mutating func finishCoalesced(written: Int, error: Errno?) -> Bool {
-        ioDone = true
+        defer { _invariantCheck() }
+        enterFinishedCoalesced(error.map { .failed($0) } ?? .complete)
         transferred = written
-        end = error.map { .failed($0) } ?? .complete
         return queueFinalDeliveries(tellEntry: false, deferRunner: true).0 != .none
     }
 
@@ -136,12 +136,13 @@ extension OperationProgress {
         if runnerActive { return .none }
         runnerActive = true
         if options.inline || deferRunner { return .runHere }
-        runnerEnqueuePending = true
+        setHandshake(.enqueuePending)
         return .schedule
     }
 
     /// The runner's next handler call; `nil`: none left, the runner stops.
     mutating func nextDelivery() -> Delivery? {
+        defer { _invariantCheck() }
         guard let delivery = deliveries.popFirst() else {
             runnerActive = false
             return nil
@@ -152,6 +153,7 @@ extension OperationProgress {
     /// A handler call returned: its bytes are handled (unless the consumer
     /// releases them itself), and reading may go on. Returns the slots opened.
     mutating func handlerReturned(_ delivery: Delivery, host: some OperationProgressHost<Payload>) -> Range<Int> {
+        defer { _invariantCheck() }
         if !options.manualCredit {
             queuedBytes -= delivery.bytes
             handledBytes += delivery.bytes
@@ -162,6 +164,7 @@ extension OperationProgress {
     /// The consumer took `bytes` of what was delivered (`manualCredit`):
     /// reading may go on. Returns the slots opened.
     mutating func release(_ bytes: Int, host: some OperationProgressHost<Payload>) -> Range<Int> {
+        defer { _invariantCheck() }
         queuedBytes -= bytes
         handledBytes += bytes
         return issue(host: host)

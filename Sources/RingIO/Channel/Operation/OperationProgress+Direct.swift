@@ -18,9 +18,9 @@ extension OperationProgress {
             let limit = Int(room)
             ioLength = direct.map { limit / $0.offset * $0.offset } ?? limit
             cutAtLargestOffset = true
-            if ioLength == 0 { end = .endOfFile }
+            if ioLength == 0 { conclude(.endOfFile) }
         case .write:
-            end = .failed(.invalidArgument)
+            conclude(.failed(.invalidArgument))
         }
     }
 

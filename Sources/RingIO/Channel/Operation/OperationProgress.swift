@@ -221,12 +221,13 @@ struct OperationProgress<Payload: ProgressPayload> {
 
     // MARK: - life (written only by the transitions, in these files)
 
-    var started = false
+    /// Where the operation is in its life (OperationProgress+Phase.swift):
+    /// changed only by the transitions there.
+    var phase = Phase.pending
+    /// `close(stop: true)` asked to stop it. Orthogonal to the phase: a
+    /// stop may come in any phase and is remembered to the end (`submit`
+    /// cancels requests a stop found not yet in the engine).
     var stopped = false
-    var ioDone = false
-    /// It went out in a coalesced `pwritev`, which reports its result; a
-    /// stop no longer reaches it.
-    var coalesced = false
     /// The slots open, in file order: in flight, or done early. Bounding
     /// them bounds the buffers, however the completions are ordered.
     var slots = InlineQueue<Slot>()
@@ -236,7 +237,6 @@ struct OperationProgress<Payload: ProgressPayload> {
     var transferred = 0
     /// Requests in flight (polls included).
     var inFlight = 0
-    var end: End?
     var undelivered = DataChunk.empty
     var writeDeliveredAt = 0
     /// Read bytes handed to the handler (queued or running) and not yet
@@ -246,12 +246,9 @@ struct OperationProgress<Payload: ProgressPayload> {
     var deliveries = InlineQueue<Delivery>()
     /// The handler runner is scheduled or running.
     var runnerActive = false
-    /// A runner was scheduled on `queue` by a transition whose caller has
-    /// not yet said it is queued (`runnerQueued`): the entry must not hear
-    /// of the end before, or the next operation's calls could overtake.
-    var runnerEnqueuePending = false
-    /// `finishIO`'s notice to the entry waits for `runnerQueued`.
-    var entryNoticeDeferred = false
+    /// The hand-off between a transition that asked its caller to put the
+    /// runner on `queue` and the entry's notice of the end.
+    var handshake = RunnerHandshake.settled
 
     init(direction: Direction, isStream: Bool, settings: ChannelSettings, options: OperationOptions,
          offset: Int64, length: Int, data: DataChunk) {
@@ -303,28 +300,27 @@ struct OperationProgress<Payload: ProgressPayload> {
 
     /// The entry says it is this operation's turn.
     mutating func start(_ context: StartContext, host: some OperationProgressHost<Payload>) -> Actions {
-        started = true
+        defer { _invariantCheck() }
+        guard case .pending = phase else { illegal("start") }
         if stopped {
-            end = .failed(.canceled)
+            phase = .ending(.failed(.canceled))
             return Actions(finish: inFlight == 0)
         }
+        phase = .running
         let random = !isStream
         positional = random || (context.positionalFile && !(direction == .write && context.appendMode))
         inFlightLimit = positional && context.positionalFile ? Self.maxInFlight : 1
-        // Requests of the high-water mark, capped by the chunk size (and
-        // at least a page): a write reports its progress per request.
-        // (`ChannelOperation.isPipelinableWrite` relies on this size.)
-        requestSize = Swift.min(IOChannel.chunkSize, Swift.max(settings.high, 4096))
+        requestSize = settings.requestSize
         if random {
             let (sum, overflow) = context.channelBase.addingReportingOverflow(userOffset)
-            if overflow || sum < 0 { end = .failed(.invalidArgument) } else { fileBase = sum }
+            if overflow || sum < 0 { conclude(.failed(.invalidArgument)) } else { fileBase = sum }
         } else if positional {
             switch host.filePosition() {
             case .success(let position):
                 fileBase = position
                 positionTaken = true
             case .failure(let error):
-                end = .failed(error)
+                conclude(.failed(error))
             }
         }
         ioLength = length
@@ -337,14 +333,14 @@ struct OperationProgress<Payload: ProgressPayload> {
                 // requests in flight keep it busy. Still within `bufferLimit`.
                 if direction == .read && inFlightLimit > 1 { inFlightLimit = Self.maxDirectInFlight }
             } else if settings.directIO == .required {
-                end = .failed(.invalidArgument)
+                conclude(.failed(.invalidArgument))
             }
             if end == nil && positional { limitToLargestOffset() }
             if end == nil && context.writeOnly && needsBlockRead() {
                 // The read-modify-write cannot read the block back: fail
                 // before any byte is written, so that all of them are truly
                 // unwritten.
-                end = .failed(.badFileDescriptor)
+                conclude(.failed(.badFileDescriptor))
             }
         }
         guard end == nil else { return Actions(finish: inFlight == 0) }
@@ -354,22 +350,28 @@ struct OperationProgress<Payload: ProgressPayload> {
     /// `close(stop: true)`: cancels what is in flight; a queued operation
     /// ends at once with `.canceled`.
     mutating func stop() -> StopAction {
+        defer { _invariantCheck() }
         if stopped || ioDone { return .none }
         stopped = true
-        if coalesced { return .none }
-        if !started { return .withdraw }
-        // Nothing in flight (read-ahead waits for the handler): end now.
-        if inFlight == 0 && end == nil {
+        switch phase {
+        case .pending:
+            return .withdraw
+        case .coalesced, .finished:
+            return .none
+        case .running where inFlight == 0:
+            // Nothing in flight (read-ahead waits for the handler): end now.
             _ = advance()
             return end != nil ? .finish : .none
+        case .running, .ending:
+            return .cancelInFlight
         }
-        return .cancelInFlight
     }
 
     /// `stop` withdrew the operation before it started.
     mutating func canceledBeforeStart() {
-        started = true
-        end = .failed(.canceled)
+        defer { _invariantCheck() }
+        guard case .pending = phase, stopped else { illegal("canceledBeforeStart") }
+        phase = .ending(.failed(.canceled))
     }
 
     // MARK: - issuing
@@ -377,8 +379,9 @@ struct OperationProgress<Payload: ProgressPayload> {
     /// Opens new slots while the limits allow; returns their ids. Each has
     /// a request to issue.
     mutating func issue(host: some OperationProgressHost<Payload>) -> Range<Int> {
+        defer { _invariantCheck() }
         let first = nextSlotID
-        guard started, !stopped, end == nil else { return first..<first }
+        guard case .running = phase, !stopped else { return first..<first }
         while slots.count < inFlightLimit {
             let remaining = ioLength - issued
             if remaining <= 0 { break }

@@ -1,0 +1,306 @@
+import SystemPackage
+import RingIOBase
+
+/// A channel's life, as a value: where its operations go (its fd's entry,
+/// a path not yet opened, or an error), what waits for a path to open, the
+/// close and the stop, and the one hand-off of the cleanup handler. Each
+/// event returns what the shell (`ChannelCore`) must do once it has
+/// released its lock: enqueue on the entry, open the path, end operations
+/// without I/O, stop them, hand the cleanup handler on.
+///
+/// ```
+///   path channel:  checking ──pathChecked──▶ checked ──first use──▶ opening ──pathOpened──▶ open(entry)
+///                     │  └──first use: waits (deferred)                 │
+///                     └──────────pathFailed─────────────┬───────────────┘
+///                                                       ▼
+///   fd channel:    open(entry) or failed(error)      failed(error)
+///
+///   close:  not closed ──close──▶ closed ──close(stop: true)──▶ stopped
+/// ```
+///
+/// The cleanup handler is handed on exactly once: to the entry when an
+/// open channel closes (it runs once every channel of the fd closed), at
+/// once with the error when the channel fails, at once with `nil` when a
+/// path channel closes with nothing open and nothing waiting.
+///
+/// Generic over the entry and the operation so that it can be driven
+/// without a kernel (`ChannelLifecycleTests`).
+struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
+    /// Where the channel's operations go.
+    enum Target {
+        /// A path channel that has not opened its file.
+        case unopened(Opening)
+        /// Operations go to this entry; a random channel's offsets count from `base`.
+        case open(Entry, base: Int64)
+        /// Creation, the check or the open failed: every operation gets this error.
+        case failed(Errno)
+    }
+
+    /// How far a path channel is in opening its file.
+    enum Opening: Equatable {
+        /// The path is being checked (`statx`); work waits in `deferred`.
+        case checking
+        /// Checked; nothing waits: the first operation or barrier opens it.
+        case checked
+        /// The file is being opened; work waits in `deferred`.
+        case opening
+    }
+
+    /// How far the channel is closed.
+    enum Closing: Equatable {
+        case notClosed
+        /// `close()`: new operations end at once with `ECANCELED`.
+        case closed
+        /// `close(stop: true)` too: the active operations were stopped.
+        case stopped
+    }
+
+    /// Work that waits for a path to open.
+    enum Deferred {
+        case operation(Operation)
+        case barrier(@Sendable () -> Void)
+    }
+
+    /// What `submit` leaves to do.
+    enum SubmitAction {
+        /// The operation's one handler call, with this error (`nil`: an
+        /// empty range, done); it is not active.
+        case finishWithoutIO(Errno?)
+        /// Make it active and queue it on `entry`.
+        case enqueue(Entry, base: Int64)
+        /// Make it active; it waits for the path to open. `openNow`: start
+        /// opening the file.
+        case deferred(openNow: Bool)
+    }
+
+    /// What `barrier` leaves to do.
+    enum BarrierAction {
+        case enqueue(Entry)
+        /// It waits for the path to open. `openNow`: start opening the file.
+        case deferred(openNow: Bool)
+        /// Nothing will run after it: run it on the channel's queue now.
+        case runNow
+    }
+
+    /// What `cancel` (task cancellation of one operation) leaves to do.
+    enum CancelAction: Equatable {
+        /// It waited for the path to open and no longer does: end it with
+        /// `ECANCELED`, no I/O. `cleanupNow`: it was the last work of a
+        /// closed channel whose file is not being opened (and will not
+        /// be): run the cleanup handler with `nil` now.
+        case finishWithoutIO(cleanupNow: Bool)
+        /// It reached the entry (or already ended): stop it.
+        case stop
+    }
+
+    /// What `close` leaves to do, in this order.
+    struct CloseActions {
+        /// Operations that waited for the path to open: end each with
+        /// `ECANCELED`, no I/O.
+        var cancel: [Operation] = []
+        /// Stop every active operation.
+        var stopActive = false
+        /// Tell this entry the channel closed, handing it the cleanup handler.
+        var closeEntry: Entry?
+        /// Run the cleanup handler with `nil` on the channel's queue.
+        var cleanupNow = false
+    }
+
+    /// What `pathOpened` leaves to do.
+    struct OpenedActions {
+        /// What waited, in order: queue it on the entry.
+        var pending: [Deferred]
+        /// The channel closed while it opened: tell the entry, handing it
+        /// the cleanup handler.
+        var handOffCleanup: Bool
+    }
+
+    /// What `pathFailed` leaves to do.
+    struct FailedActions {
+        /// What waited, in order: operations end with the error, barriers run.
+        var pending: [Deferred]
+        /// Run the cleanup handler with the error on the channel's queue.
+        var runCleanup: Bool
+    }
+
+    private(set) var target: Target
+    private(set) var closing = Closing.notClosed
+    /// The cleanup handler ran, or was handed to the entry: never twice.
+    private(set) var cleanupHandedOff = false
+    /// Work waiting for the path to open (`checking`, `opening`), in order.
+    private(set) var deferred: [Deferred] = []
+
+    /// A channel that starts at `target`: `.open` for an fd channel,
+    /// `.unopened(.checking)` for a path channel, `.failed` for one whose
+    /// creation failed (the shell then runs the cleanup handler with the
+    /// error: it is handed off).
+    init(_ target: Target) {
+        self.target = target
+        if case .failed = target { cleanupHandedOff = true }
+        _invariantCheck()
+    }
+
+    var isClosed: Bool { closing != .notClosed }
+
+    /// The open channel's entry (`nil` once closed).
+    var currentEntry: Entry? {
+        guard !isClosed, case .open(let entry, _) = target else { return nil }
+        return entry
+    }
+
+    /// The error every operation gets, once the channel failed.
+    var failure: Errno? {
+        if case .failed(let error) = target { return error }
+        return nil
+    }
+
+    // MARK: - events
+
+    /// A new operation of `length` bytes.
+    mutating func submit(_ operation: Operation, length: Int) -> SubmitAction {
+        defer { _invariantCheck() }
+        if isClosed { return .finishWithoutIO(.canceled) }
+        switch target {
+        case .failed(let error):
+            return .finishWithoutIO(error)
+        case _ where length == 0:
+            return .finishWithoutIO(nil)
+        case .open(let entry, let base):
+            return .enqueue(entry, base: base)
+        case .unopened:
+            deferred.append(.operation(operation))
+            return .deferred(openNow: startOpenIfNeeded())
+        }
+    }
+
+    /// A barrier.
+    mutating func barrier(_ work: @escaping @Sendable () -> Void) -> BarrierAction {
+        defer { _invariantCheck() }
+        switch target {
+        case .open(let entry, _):
+            return .enqueue(entry)
+        case .unopened where !isClosed:
+            deferred.append(.barrier(work))
+            return .deferred(openNow: startOpenIfNeeded())
+        case .unopened, .failed:
+            return .runNow
+        }
+    }
+
+    /// Task cancellation of `operation`.
+    mutating func cancel(_ operation: Operation) -> CancelAction {
+        defer { _invariantCheck() }
+        guard let index = deferred.firstIndex(where: {
+            if case .operation(let op) = $0 { return op === operation }
+            return false
+        }) else { return .stop }
+        deferred.remove(at: index)
+        return .finishWithoutIO(cleanupNow: cleanupIfIdleAndClosed())
+    }
+
+    /// `close(stop:)`.
+    mutating func close(stop: Bool) -> CloseActions {
+        defer { _invariantCheck() }
+        var actions = CloseActions()
+        if stop && closing != .stopped {
+            actions.stopActive = true
+            for case .operation(let op) in deferred { actions.cancel.append(op) }
+            deferred.removeAll { if case .operation = $0 { return true } else { return false } }
+        }
+        if !isClosed {
+            switch target {
+            case .open(let entry, _):
+                if !cleanupHandedOff {
+                    cleanupHandedOff = true
+                    actions.closeEntry = entry
+                }
+            case .unopened, .failed:
+                break
+            }
+        }
+        if stop { closing = .stopped } else if closing == .notClosed { closing = .closed }
+        actions.cleanupNow = cleanupIfIdleAndClosed()
+        return actions
+    }
+
+    /// The path's check passed: returns whether the shell must open it now.
+    mutating func pathChecked() -> Bool {
+        defer { _invariantCheck() }
+        guard case .unopened(.checking) = target else { illegal("pathChecked") }
+        target = .unopened(.checked)
+        return startOpenIfNeeded()
+    }
+
+    /// The file opened on `entry`.
+    mutating func pathOpened(_ entry: Entry) -> OpenedActions {
+        defer { _invariantCheck() }
+        guard case .unopened(.opening) = target else { illegal("pathOpened") }
+        target = .open(entry, base: 0)
+        let pending = deferred
+        deferred = []
+        let handOff = isClosed && !cleanupHandedOff
+        if handOff { cleanupHandedOff = true }
+        return OpenedActions(pending: pending, handOffCleanup: handOff)
+    }
+
+    /// The check or the open failed with `error`.
+    mutating func pathFailed(_ error: Errno) -> FailedActions {
+        defer { _invariantCheck() }
+        guard case .unopened(let opening) = target, opening != .checked else { illegal("pathFailed(\(error))") }
+        target = .failed(error)
+        let pending = deferred
+        deferred = []
+        let runCleanup = !cleanupHandedOff
+        cleanupHandedOff = true
+        return FailedActions(pending: pending, runCleanup: runCleanup)
+    }
+
+    /// A closed path channel with nothing open, opening or waiting: the
+    /// cleanup handler runs now (with `nil`), once. Returns whether it must.
+    private mutating func cleanupIfIdleAndClosed() -> Bool {
+        guard isClosed, !cleanupHandedOff, case .unopened(let opening) = target,
+              opening != .opening, deferred.isEmpty else { return false }
+        cleanupHandedOff = true
+        return true
+    }
+
+    /// Whether the shell must start opening the file now: checked, not yet
+    /// opening, and something waits.
+    private mutating func startOpenIfNeeded() -> Bool {
+        guard case .unopened(.checked) = target, !deferred.isEmpty else { return false }
+        target = .unopened(.opening)
+        return true
+    }
+
+    /// An event that cannot happen in this state: a bug in the shell, never
+    /// bad input.
+    private func illegal(_ event: String) -> Never {
+        fatalError("ChannelLifecycle: \(event) in \(target), \(closing)")
+    }
+
+    // MARK: - invariants
+
+    /// Checks what must hold between events; called after each one. Debug
+    /// builds only: a release build compiles it to nothing.
+    @inline(__always)
+    func _invariantCheck() {
+        #if DEBUG
+        switch target {
+        case .unopened(.checked):
+            precondition(deferred.isEmpty, "a checked path with work waiting is not opening")
+        case .unopened:
+            break
+        case .open, .failed:
+            precondition(deferred.isEmpty, "work waits, but the path is no longer opening")
+        }
+        if case .failed = target { precondition(cleanupHandedOff, "a failed channel kept its cleanup handler") }
+        if isClosed, case .open = target { precondition(cleanupHandedOff, "a closed open channel kept its cleanup handler") }
+        if isClosed, case .unopened(let opening) = target, opening != .opening, deferred.isEmpty {
+            precondition(cleanupHandedOff, "a closed channel with nothing open or waiting kept its cleanup handler")
+        }
+        if closing == .stopped {
+            for case .operation in deferred { preconditionFailure("an operation waits in a stopped channel") }
+        }
+        #endif
+    }
+}
