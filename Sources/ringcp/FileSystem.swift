@@ -25,14 +25,16 @@ struct FileStatus: Sendable {
     let modificationTime: timespec
 
     init(_ s: stat) {
-        switch s.st_mode & S_IFMT {
-        case S_IFREG: kind = .regular
-        case S_IFDIR: kind = .directory
-        case S_IFLNK: kind = .symlink
-        case S_IFIFO: kind = .fifo
-        case S_IFCHR: kind = .characterDevice
-        case S_IFBLK: kind = .blockDevice
-        case S_IFSOCK: kind = .socket
+        // The type from swift-system's `Stat.type` (the mapping of st_mode
+        // the library uses too), in ringcp's words.
+        switch Stat(rawValue: s).type {
+        case .regular: kind = .regular
+        case .directory: kind = .directory
+        case .symbolicLink: kind = .symlink
+        case .fifo: kind = .fifo
+        case .characterSpecial: kind = .characterDevice
+        case .blockSpecial: kind = .blockDevice
+        case .socket: kind = .socket
         default: kind = .other
         }
         mode = s.st_mode

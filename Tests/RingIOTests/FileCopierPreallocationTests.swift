@@ -81,9 +81,7 @@ struct FileCopierPreallocationTests {
             close(input)
             close(output)
         }
-        var status = stat()
-        #expect(fstat(input, &status) == 0)
-        var info = FileInfo(status)
+        var info = FileInfo(try Syscall.fstat(input))
         info.size += 8 << 20  // as if the source had been 8 MiB longer when sized
         var copier = FileCopier(engine: engine)
         copier.sparse = .never  // one region, to the size: the copy meets the end inside it

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import RingIOBase
 import RingIOQueue
 
 extension DataChunk {
@@ -33,7 +34,7 @@ extension DataChunk {
                 free(UnsafeMutableRawPointer(mutating: bytes.baseAddress))
             case .unmap:
                 if let base = bytes.baseAddress {
-                    munmap(UnsafeMutableRawPointer(mutating: base), bytes.count)
+                    Syscall.munmap(UnsafeMutableRawPointer(mutating: base), count: bytes.count)
                 }
             case .none:
                 break

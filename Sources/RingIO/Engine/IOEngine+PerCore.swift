@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import Synchronization
+import RingIOBase
 
 /// Engines per core: more rings, not more hand-offs.
 ///
@@ -13,7 +14,7 @@ import Synchronization
 /// thread from submission to handler, as a thread-per-core runtime does.
 extension IOEngine {
     private static let _perCore: [IOEngine] = {
-        let cores = Swift.max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+        let cores = Syscall.onlineProcessors()
         var engines = [IOEngine.shared]
         for _ in 1..<cores {
             // Like `shared`: io_uring where it can, else the thread pool

@@ -136,8 +136,7 @@ public final class IOEngine: Sendable {
             ?? IOEngine(threadPoolBecause: "io_uring could not be set up")
         if let reason = engine.fallbackReason, getenv("RINGIO_QUIET") == nil {
             let line = "RingIO: using the thread-pool backend: \(reason)\n"
-            var bytes = Array(line.utf8)
-            _ = write(2, &bytes, bytes.count)
+            _ = Array(line.utf8).withUnsafeBytes { try? Syscall.write(2, from: $0) }
         }
         return engine
     }()
@@ -224,12 +223,12 @@ public final class IOEngine: Sendable {
 
     /// The value of `/proc/sys/kernel/io_uring_disabled`, where the kernel has it.
     static func ioUringDisabledSetting() -> Int? {
-        let fd = open("/proc/sys/kernel/io_uring_disabled", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
+        guard let fd = try? Syscall.open("/proc/sys/kernel/io_uring_disabled", flags: O_RDONLY | O_CLOEXEC) else { return nil }
+        defer { Syscall.closeIgnoringErrors(fd) }
         var buffer = [UInt8](repeating: 0, count: 16)
-        let n = read(fd, &buffer, buffer.count)
-        guard n > 0 else { return nil }
+        guard let n = try? buffer.withUnsafeMutableBytes({ (b) throws(Errno) in try Syscall.read(fd, into: b) }), n > 0 else {
+            return nil
+        }
         return Int(String(decoding: buffer[0..<n], as: UTF8.self).trimmingCharacters(whereSpace: true))
     }
 

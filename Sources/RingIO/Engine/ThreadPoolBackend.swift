@@ -5,6 +5,7 @@ import Musl
 #endif
 import CLiburing
 import RingIOBase
+import SystemPackage
 
 /// The fallback backend: blocking system calls on a few worker threads.
 ///
@@ -41,7 +42,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
         let cancelFD: Int32
         var cancelSignalled = false
         init(cancelFD: Int32) { self.cancelFD = cancelFD }
-        deinit { close(cancelFD) }
+        deinit { Syscall.closeIgnoringErrors(cancelFD) }
     }
 
     private let lock = ConditionLock()
@@ -109,8 +110,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
             case .inFlight:
                 if target.mayBlock || target.isPoll, let worker = target.worker as? Worker, !worker.cancelSignalled {
                     worker.cancelSignalled = true
-                    var one: UInt64 = 1
-                    _ = write(worker.cancelFD, &one, 8)
+                    _ = try? Syscall.eventfdWrite(worker.cancelFD)
                     completeNow.append((request, 0))
                 } else {
                     completeNow.append((request, -EALREADY))
@@ -164,9 +164,9 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
     }
 
     private func startWorker() {
-        let efd = eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK))
-        guard efd >= 0 else {
-            workerFailedToStart(error: cliburing_errno())
+        let efd: Int32
+        do throws(Errno) { efd = try Syscall.eventfd(flags: Int32(EFD_CLOEXEC | EFD_NONBLOCK)) } catch {
+            workerFailedToStart(error: error.rawValue)
             return
         }
         let worker = Worker(cancelFD: efd)
@@ -226,8 +226,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
                     request.engineState = .done
                     request.worker = nil
                     if worker.cancelSignalled {
-                        var value: UInt64 = 0
-                        _ = read(worker.cancelFD, &value, 8)
+                        _ = try? Syscall.eventfdRead(worker.cancelFD)
                         worker.cancelSignalled = false
                     }
                     if request.linkNext && !request.hardLinkNext && !request.linkSucceeds(res) { broken = true }
@@ -282,89 +281,98 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
         case .nop:
             return 0
         case .read(let fd, let buffer, let offset):
-            return transfer(fd: fd, events: Int16(POLLIN), mayBlock: mayBlock, cancelFD: cancelFD) {
-                offset < 0 ? Glibc.read(fd, buffer.baseAddress, buffer.count)
-                    : pread(fd, buffer.baseAddress, buffer.count, off_t(offset))
+            return transfer(fd: fd, events: Int16(POLLIN), mayBlock: mayBlock, cancelFD: cancelFD) { () throws(Errno) in
+                offset < 0 ? try Syscall.read(fd, into: buffer) : try Syscall.pread(fd, into: buffer, at: offset)
             }
         case .readv(let fd, let iovecs, let count, let offset):
-            return transfer(fd: fd, events: Int16(POLLIN), mayBlock: mayBlock, cancelFD: cancelFD) {
-                offset < 0 ? Glibc.readv(fd, iovecs, Int32(count)) : preadv(fd, iovecs, Int32(count), off_t(offset))
+            return transfer(fd: fd, events: Int16(POLLIN), mayBlock: mayBlock, cancelFD: cancelFD) { () throws(Errno) in
+                try Syscall.preadv(fd, iovecs, count: count, at: offset)
             }
         case .write(let fd, let buffer, let offset):
             if mayBlock && offset < 0 {
-                return transfer(fd: fd, events: Int16(POLLOUT), mayBlock: true, cancelFD: cancelFD) {
-                    Self.writeWithoutBlocking(fd: fd, buffer.baseAddress, buffer.count)
+                return transfer(fd: fd, events: Int16(POLLOUT), mayBlock: true, cancelFD: cancelFD) { () throws(Errno) in
+                    try Self.writeWithoutBlocking(fd: fd, buffer.baseAddress, buffer.count)
                 }
             }
-            return transfer(fd: fd, events: Int16(POLLOUT), mayBlock: mayBlock, cancelFD: cancelFD) {
-                offset < 0 ? Glibc.write(fd, buffer.baseAddress, buffer.count)
-                    : pwrite(fd, buffer.baseAddress, buffer.count, off_t(offset))
+            return transfer(fd: fd, events: Int16(POLLOUT), mayBlock: mayBlock, cancelFD: cancelFD) { () throws(Errno) in
+                offset < 0 ? try Syscall.write(fd, from: buffer) : try Syscall.pwrite(fd, from: buffer, at: offset)
             }
         case .writev(let fd, let iovecs, let count, let offset):
             if mayBlock && offset < 0 {
                 // One region at a time: a short write is continued by the caller.
                 let first = iovecs[0]
-                return transfer(fd: fd, events: Int16(POLLOUT), mayBlock: true, cancelFD: cancelFD) {
-                    Self.writeWithoutBlocking(fd: fd, first.iov_base, first.iov_len)
+                return transfer(fd: fd, events: Int16(POLLOUT), mayBlock: true, cancelFD: cancelFD) { () throws(Errno) in
+                    try Self.writeWithoutBlocking(fd: fd, first.iov_base, first.iov_len)
                 }
             }
-            return transfer(fd: fd, events: Int16(POLLOUT), mayBlock: mayBlock, cancelFD: cancelFD) {
-                offset < 0 ? Glibc.writev(fd, iovecs, Int32(count)) : pwritev(fd, iovecs, Int32(count), off_t(offset))
+            return transfer(fd: fd, events: Int16(POLLOUT), mayBlock: mayBlock, cancelFD: cancelFD) { () throws(Errno) in
+                try Syscall.pwritev(fd, iovecs, count: count, at: offset)
             }
         case .openat(let directory, let path, let flags, let mode):
-            return retryingEINTR { Int(openat(directory, path, flags, mode_t(mode))) }
+            return Syscall.negatedErrno { () throws(Errno) in try Syscall.openat(directory, path, flags: flags, mode: mode_t(mode)) }
         case .statx(let directory, let path, let flags, let mask, let buffer):
-            return retryingEINTR { Int(cliburing_statx(directory, path, flags, mask, buffer)) }
-        case .close(let fd):
-            // Never retry close: the fd is gone whatever it returned.
-            return Glibc.close(fd) == 0 ? 0 : -cliburing_errno()
-        case .fsync(let fd, let dataOnly):
-            return retryingEINTR { Int(dataOnly ? fdatasync(fd) : fsync(fd)) }
-        case .poll(let fd, let events):
-            while true {
-                var fds = [pollfd(fd: fd, events: Int16(truncatingIfNeeded: events), revents: 0),
-                           pollfd(fd: cancelFD, events: Int16(POLLIN), revents: 0)]
-                let rc = Glibc.poll(&fds, 2, -1)
-                if rc < 0 {
-                    let e = cliburing_errno()
-                    if e == EINTR { continue }
-                    return -e
-                }
-                if fds[1].revents != 0 { return -ECANCELED }
-                return Int32(fds[0].revents)
+            return Syscall.negatedErrno { () throws(Errno) in
+                try Syscall.statx(directory, path, flags: flags, mask: mask, into: buffer)
+                return 0
             }
+        case .close(let fd):
+            // Never retried: the fd is gone whatever it returned.
+            return Syscall.negatedErrno { () throws(Errno) in
+                try Syscall.close(fd)
+                return 0
+            }
+        case .fsync(let fd, let dataOnly):
+            return Syscall.negatedErrno { () throws(Errno) in
+                try Syscall.fsync(fd, dataOnly: dataOnly)
+                return 0
+            }
+        case .poll(let fd, let events):
+            var fds = [pollfd(fd: fd, events: Int16(truncatingIfNeeded: events), revents: 0),
+                       pollfd(fd: cancelFD, events: Int16(POLLIN), revents: 0)]
+            do throws(Errno) {
+                try fds.withUnsafeMutableBufferPointer { (fds) throws(Errno) in _ = try Syscall.poll(fds) }
+            } catch {
+                return -error.rawValue
+            }
+            if fds[1].revents != 0 { return -ECANCELED }
+            return Int32(fds[0].revents)
         case .renameat(let oldDirectory, let oldPath, let newDirectory, let newPath, let flags):
-            return retryingEINTR { Int(cliburing_renameat2(oldDirectory, oldPath, newDirectory, newPath, flags)) }
+            return Syscall.negatedErrno { () throws(Errno) in
+                try Syscall.renameat2(oldDirectory, oldPath, newDirectory, newPath, flags: flags)
+                return 0
+            }
         case .unlinkat(let directory, let path, let flags):
-            return retryingEINTR { Int(Glibc.unlinkat(directory, path, flags)) }
+            return Syscall.negatedErrno { () throws(Errno) in
+                try Syscall.unlinkat(directory, path, flags: flags)
+                return 0
+            }
         case .splice(let input, let inputOffset, let output, let outputOffset, let length):
-            return retryingEINTR {
-                var inOffset = inputOffset, outOffset = outputOffset
-                return withUnsafeMutablePointer(to: &inOffset) { inPointer in
-                    withUnsafeMutablePointer(to: &outOffset) { outPointer in
-                        cliburing_splice(input, inputOffset < 0 ? nil : inPointer,
-                                         output, outputOffset < 0 ? nil : outPointer, length, 0)
-                    }
-                }
+            return Syscall.negatedErrno { () throws(Errno) in
+                try Syscall.splice(from: input, at: inputOffset < 0 ? nil : inputOffset,
+                                   to: output, at: outputOffset < 0 ? nil : outputOffset, length: length)
             }
         case .openChained(let directory, let path, let flags, let mode, let file):
-            let fd = retryingEINTR { Int(openat(directory, path, flags | O_CLOEXEC, mode_t(mode))) }
-            guard fd >= 0 else { return fd }
-            file.fd = fd
-            return 0
+            do throws(Errno) {
+                file.fd = try Syscall.openat(directory, path, flags: flags | O_CLOEXEC, mode: mode_t(mode))
+                return 0
+            } catch {
+                return -error.rawValue
+            }
         case .readChained(let file, let buffer, let offset):
             guard file.fd >= 0 else { return -EBADF }
             // Once, as io_uring does on an O_NONBLOCK fd: EAGAIN is a result
             // (and a pipe's ESPIPE, where io_uring would read).
-            return retryingEINTR { pread(file.fd, buffer.baseAddress, buffer.count, off_t(offset)) }
+            return Syscall.negatedErrno { () throws(Errno) in try Syscall.pread(file.fd, into: buffer, at: offset) }
         case .installChained(let file):
             guard file.fd >= 0 else { return -EBADF }
-            return retryingEINTR { Int(fcntl(file.fd, F_DUPFD_CLOEXEC, 0)) }
+            return Syscall.negatedErrno { () throws(Errno) in try Syscall.fcntl(file.fd, F_DUPFD_CLOEXEC, 0) }
         case .closeChained(let file):
             guard file.fd >= 0 else { return -EBADF }
-            let rc = Glibc.close(file.fd)
-            file.fd = -1
-            return rc == 0 ? 0 : -cliburing_errno()
+            defer { file.fd = -1 }
+            return Syscall.negatedErrno { () throws(Errno) in
+                try Syscall.close(file.fd)
+                return 0
+            }
         case .cancel:
             return -EINVAL
         }
@@ -375,54 +383,46 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
     /// write: a socket gets `send(MSG_DONTWAIT | MSG_NOSIGNAL)`; a pipe or FIFO
     /// at most `PIPE_BUF` bytes, which a writable pipe always takes whole; a
     /// character device (a tty, /dev/null) the whole buffer in one `write`.
-    static func writeWithoutBlocking(fd: Int32, _ base: UnsafeRawPointer?, _ count: Int) -> Int {
-        var st = stat()
-        if fstat(fd, &st) == 0 {
-            switch st.st_mode & S_IFMT {
-            case S_IFSOCK: return send(fd, base, count, Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL))
-            case S_IFIFO: return Glibc.write(fd, base, Swift.min(count, Int(PIPE_BUF)))
-            default: return Glibc.write(fd, base, count)
+    static func writeWithoutBlocking(fd: Int32, _ base: UnsafeRawPointer?, _ count: Int) throws(Errno) -> Int {
+        let flags = Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL)
+        let pipeBuffer = Swift.min(count, Int(PIPE_BUF))
+        if let status = try? Syscall.fstat(fd) {
+            switch status.type {
+            case .socket: return try Syscall.send(fd, base, count: count, flags: flags)
+            case .fifo: return try Syscall.write(fd, from: UnsafeRawBufferPointer(start: base, count: pipeBuffer))
+            default: return try Syscall.write(fd, from: UnsafeRawBufferPointer(start: base, count: count))
             }
         }
-        let sent = send(fd, base, count, Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL))
-        if sent >= 0 || cliburing_errno() != ENOTSOCK { return sent }
-        return Glibc.write(fd, base, Swift.min(count, Int(PIPE_BUF)))
-    }
-
-    private func retryingEINTR(_ call: () -> Int) -> Int32 {
-        while true {
-            let rc = call()
-            if rc >= 0 { return Int32(clamping: rc) }
-            let e = cliburing_errno()
-            if e != EINTR { return -e }
+        do {
+            return try Syscall.send(fd, base, count: count, flags: flags)
+        } catch .notSocket {
+            return try Syscall.write(fd, from: UnsafeRawBufferPointer(start: base, count: pipeBuffer))
         }
     }
 
     /// A read or write; when it may block, first waits in poll with the cancel fd.
-    private func transfer(fd: Int32, events: Int16, mayBlock: Bool, cancelFD: Int32, _ call: () -> Int) -> Int32 {
+    private func transfer(fd: Int32, events: Int16, mayBlock: Bool, cancelFD: Int32,
+                          _ call: () throws(Errno) -> Int) -> Int32 {
         var needPoll = mayBlock
         while true {
             if needPoll {
                 var fds = [pollfd(fd: fd, events: events, revents: 0), pollfd(fd: cancelFD, events: Int16(POLLIN), revents: 0)]
-                let rc = poll(&fds, 2, -1)
-                if rc < 0 {
-                    let e = cliburing_errno()
-                    if e == EINTR { continue }
-                    return -e
+                do throws(Errno) {
+                    try fds.withUnsafeMutableBufferPointer { (fds) throws(Errno) in _ = try Syscall.poll(fds) }
+                } catch {
+                    return -error.rawValue
                 }
                 if fds[1].revents != 0 { return -ECANCELED }
                 // POLLHUP/POLLERR/POLLNVAL: let the call itself report it.
             }
-            let rc = call()
-            if rc >= 0 { return Int32(clamping: rc) }
-            let e = cliburing_errno()
-            if e == EINTR { continue }
-            if e == EAGAIN {
+            do throws(Errno) {
+                return Int32(clamping: try call())
+            } catch .wouldBlock {
                 // A non-blocking fd: wait for readiness, as io_uring's internal poll does.
                 needPoll = true
-                continue
+            } catch {
+                return -error.rawValue
             }
-            return -e
         }
     }
 }

@@ -171,12 +171,11 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             params.cq_entries = entries * 2
             let rc = io_uring_queue_init_params(entries, ring, &params)
             if rc == 0 {
-                let efd = eventfd(0, Int32(EFD_CLOEXEC))
-                if efd < 0 {
-                    let e = cliburing_errno()
+                let efd: Int32
+                do throws(Errno) { efd = try Syscall.eventfd(flags: Int32(EFD_CLOEXEC)) } catch {
                     io_uring_queue_exit(ring)
                     ring.deallocate()
-                    return .failure(Errno(rawValue: e))
+                    return .failure(error)
                 }
                 let tables = RingTables(ring: ring, buffers: registerBuffers, files: fileSlots)
                 return .success(UringBackend(ring: ring, eventFD: efd, description: name,
@@ -245,8 +244,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     }
 
     func signalEventFD() {
-        var one: UInt64 = 1
-        while write(eventFD, &one, 8) < 0 && cliburing_errno() == EINTR {}
+        _ = try? Syscall.eventfdWrite(eventFD)
     }
 
     func shutdown() {
@@ -355,7 +353,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         }
 
         io_uring_queue_exit(ring)
-        close(eventFD)
+        Syscall.closeIgnoringErrors(eventFD)
         let (leftovers, drains) = lock.withLock { () -> ([IORequest], [IOQueue]) in
             stopped = true
             defer { inbox = []; drainInbox = [] }

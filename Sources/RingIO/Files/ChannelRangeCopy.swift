@@ -117,7 +117,7 @@ final class ChannelRangeCopy: @unchecked Sendable {
         let cursor = Cursor(range.lowerBound)
         reader.read(offset: range.lowerBound, length: Int(range.count), queue: queue) { [self] done, data, error in
             if let data, !data.isEmpty, failure == nil {
-                write(data, at: cursor.next)
+                self.write(data, at: cursor.next)
                 cursor.next += Int64(data.count)
             }
             let next = cursor.next
@@ -235,15 +235,14 @@ func dataRegions(of fd: FileDescriptor, size: Int64, mayBeSparse: Bool) -> [Rang
     var regions: [Range<Int64>] = []
     var offset: Int64 = 0
     while offset < size {
-        let data = lseek(fd.rawValue, off_t(offset), seekData)
-        if data < 0 {
-            if errno == ENXIO { break }  // only a hole is left
+        let data: Int64
+        do throws(Errno) { data = try Syscall.lseek(fd.rawValue, offset, seekData) } catch {
+            if error == .noSuchAddressOrDevice { break }  // only a hole is left
             return [0..<size]  // not supported: copy it all
         }
-        var hole = lseek(fd.rawValue, off_t(data), seekHole)
-        if hole < 0 { hole = off_t(size) }
-        let end = min(Int64(hole), size)
-        if end > Int64(data) { regions.append(Int64(data)..<end) }
+        let hole = (try? Syscall.lseek(fd.rawValue, data, seekHole)) ?? size
+        let end = min(hole, size)
+        if end > data { regions.append(data..<end) }
         offset = end
     }
     return regions

@@ -11,9 +11,6 @@ import RingIOChannel
 import RingIOData
 import RingIOQueue
 
-/// FICLONE, _IOW(0x94, 9, int): the destination shares the source's blocks.
-private let ficlone = UInt(0x4004_9409)
-
 extension FileCopier {
     /// Copies the bytes of one open file into another, in place: what
     /// `copy(from:to:)` does once both are open, by the same strategies
@@ -29,11 +26,11 @@ extension FileCopier {
     @discardableResult
     public func copy(from source: FileDescriptor, to destination: FileDescriptor, sourcePath: FilePath? = nil,
                      destinationPath: FilePath? = nil) async throws(IOError) -> Outcome {
-        var info = stat()
-        if fstat(source.rawValue, &info) != 0 {
-            throw IOError(.stat, path: sourcePath, side: .source, errno: Errno(rawValue: errno))
+        let info: Stat
+        do throws(Errno) { info = try Syscall.fstat(source.rawValue) } catch {
+            throw IOError(.stat, path: sourcePath, side: .source, errno: error)
         }
-        if info.st_mode & S_IFMT == S_IFDIR {
+        if info.type == .directory {
             throw IOError(.read, path: sourcePath, side: .source, errno: .isDirectory)
         }
         let paths = PathRequest.Paths(source: sourcePath ?? "", target: destinationPath ?? "", destination: nil)
@@ -50,17 +47,20 @@ extension FileCopier {
         let readError = { (errno: Errno) in IOError(.read, path: source, side: .source, errno: errno) }
         let writeError = { (errno: Errno) in IOError(.write, path: destination, side: .destination, errno: errno) }
         let progress = self.progress ?? { _ in }
-        var out = stat()
-        if fstat(output, &out) != 0 {
-            throw IOError(.stat, path: destination, side: .destination, errno: Errno(rawValue: errno))
+        let out: Stat
+        do throws(Errno) { out = try Syscall.fstat(output) } catch {
+            throw IOError(.stat, path: destination, side: .destination, errno: error)
         }
-        if info.kind != .regular || out.st_mode & S_IFMT != S_IFREG {
+        if info.kind != .regular || out.type != .regular {
             let bytes = try await stream(input, output, readError: readError, writeError: writeError)
             return (bytes, .stream)
         }
         let size = info.size
         if reflink != .never || strategy == .reflink {
-            let error = await Self.offThread { ioctl(output, ficlone, input) == 0 ? nil : Errno(rawValue: errno) }
+            let error = await Self.offThread { () -> Errno? in
+                do throws(Errno) { try Syscall.ficlone(output, from: input) } catch { return error }
+                return nil
+            }
             if error == nil {
                 progress(Int(size))
                 try await flush(output, writeError)
@@ -71,9 +71,8 @@ extension FileCopier {
             }
         }
         // The size first: holes stay holes, and the file system sees the whole extent at once.
-        if ftruncate(output, off_t(size)) != 0 { throw writeError(Errno(rawValue: errno)) }
-        var inputStatus = stat()
-        let mayBeSparse = fstat(input, &inputStatus) == 0 && Int64(inputStatus.st_blocks) * 512 < size
+        do throws(Errno) { try Syscall.ftruncate(output, to: size) } catch { throw writeError(error) }
+        let mayBeSparse = (try? Syscall.fstat(input)).map { $0.blocksAllocated * 512 < size } ?? false
         let regions = sparse == .never ? (size > 0 ? [0..<size] : [])
             : dataRegions(of: FileDescriptor(rawValue: input), size: size, mayBeSparse: mayBeSparse)
         var how: Strategy = directIO || sparse == .always ? .channels
@@ -131,8 +130,8 @@ extension FileCopier {
         if how == .channels {
             // A random channel's offsets count from the fd's position when it
             // is made (as in dispatch I/O); SEEK_DATA/SEEK_HOLE moved it.
-            lseek(input, 0, SEEK_SET)
-            lseek(output, 0, SEEK_SET)
+            _ = try? Syscall.lseek(input, 0, SEEK_SET)
+            _ = try? Syscall.lseek(output, 0, SEEK_SET)
             let copy = ChannelRangeCopy(source: FileDescriptor(rawValue: input), destination: FileDescriptor(rawValue: output),
                                         regions: regions, direct: directIO, holes: sparse == .always, engine: engine,
                                         progress: progress)
@@ -143,7 +142,9 @@ extension FileCopier {
             }
             endedAt = copy.endedAt
         }
-        if let end = endedAt, ftruncate(output, off_t(end)) != 0 { throw writeError(Errno(rawValue: errno)) }
+        if let end = endedAt {
+            do throws(Errno) { try Syscall.ftruncate(output, to: end) } catch { throw writeError(error) }
+        }
         try await flush(output, writeError)
         return (endedAt ?? size, how)
     }
@@ -216,11 +217,11 @@ extension FileCopier {
 }
 
 extension FileInfo {
-    init(_ status: stat) {
-        kind = FileKind(mode: status.st_mode)
-        mode = UInt32(status.st_mode)
-        size = Int64(status.st_size)
-        device = UInt64(status.st_dev)
-        inode = UInt64(status.st_ino)
+    init(_ status: Stat) {
+        kind = status.type
+        mode = UInt32(status.mode.rawValue)
+        size = status.size
+        device = UInt64(status.deviceID.rawValue)
+        inode = UInt64(status.inode.rawValue)
     }
 }

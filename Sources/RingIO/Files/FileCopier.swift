@@ -237,8 +237,8 @@ public struct FileCopier: Sendable {
             }
             // A FIFO, a device or a socket on either side: in place, never renamed over.
             if atomic && (pair.info.kind != .regular || (pair.destinationKind.map { $0 != .regular } ?? false)) {
-                close(pair.output)
-                _ = target.withPlatformString { unlink($0) }
+                Syscall.closeIgnoringErrors(pair.output)
+                try? Syscall.unlink(target)
                 let output = try await openInPlace(destination, sourceMode: pair.info.mode, input: pair.input)
                 pair = PathRequest.Pair(info: pair.info, input: pair.input, output: output)
                 atomic = false
@@ -248,12 +248,17 @@ public struct FileCopier: Sendable {
             let shown = PathRequest.Paths(source: source, target: target, destination: atomic ? destination : nil)
             var closed = false
             do throws(IOError) {
-                defer { if !closed { _ = close(input); _ = close(output) } }
+                defer {
+                    if !closed {
+                        Syscall.closeIgnoringErrors(input)
+                        Syscall.closeIgnoringErrors(output)
+                    }
+                }
                 let (bytes, how) = try await transfer(input, output, pair.info, shown)
                 closed = true
-                _ = close(input)
-                if close(output) != 0 {
-                    throw IOError(.close, path: destination, side: .destination, errno: Errno(rawValue: errno))
+                Syscall.closeIgnoringErrors(input)
+                do throws(Errno) { try Syscall.close(output) } catch {
+                    throw IOError(.close, path: destination, side: .destination, errno: error)
                 }
                 if atomic {
                     do throws(Errno) {
@@ -264,7 +269,7 @@ public struct FileCopier: Sendable {
                 }
                 return Outcome(bytes: bytes, strategy: how, replace: atomic ? .atomic : .inPlace)
             } catch {
-                if atomic || exclusive || pair.created { _ = target.withPlatformString { unlink($0) } }
+                if atomic || exclusive || pair.created { try? Syscall.unlink(target) }
                 throw error
             }
         }
@@ -280,16 +285,16 @@ public struct FileCopier: Sendable {
         let output = await memory.perform(engine: engine, .openat(directory: AT_FDCWD, path: memory.paths[0], flags: flags,
                                                                   mode: UInt32(mode)), mayBlock: true)
         if output < 0 {
-            _ = close(input)
+            Syscall.closeIgnoringErrors(input)
             throw IOError(exclusive ? .create : .openForWriting, path: destination, side: .destination,
                           errno: Errno(rawValue: -output))
         }
-        var info = stat()
-        if fstat(output, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && ftruncate(output, 0) != 0 {
-            let error = Errno(rawValue: errno)
-            _ = close(input)
-            _ = close(output)
-            throw IOError(.write, path: destination, side: .destination, errno: error)
+        if let info = try? Syscall.fstat(output), info.type == .regular {
+            do throws(Errno) { try Syscall.ftruncate(output, to: 0) } catch {
+                Syscall.closeIgnoringErrors(input)
+                Syscall.closeIgnoringErrors(output)
+                throw IOError(.write, path: destination, side: .destination, errno: error)
+            }
         }
         return output
     }

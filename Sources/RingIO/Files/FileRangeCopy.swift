@@ -12,14 +12,6 @@ import RingIOQueue
 @_spi(Engine) import RingIOEngine
 
 extension IO {
-    /// `copy_file_range(2)`, from the C library (the Glibc module leaves it out).
-    private typealias CopyFileRange = @convention(c) (Int32, UnsafeMutablePointer<Int64>?, Int32,
-                                                      UnsafeMutablePointer<Int64>?, Int, UInt32) -> Int
-    private static let copyFileRangeFunction: CopyFileRange? = {
-        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "copy_file_range") else { return nil }
-        return unsafeBitCast(symbol, to: CopyFileRange.self)
-    }()
-
     /// ext2, ext3 and ext4's `f_type` (`EXT4_SUPER_MAGIC`).
     private static let ext4Magic: Int64 = 0xEF53
 
@@ -32,7 +24,7 @@ extension IO {
     /// extents (btrfs, XFS) would allocate blocks only to drop them for the
     /// clone, and tmpfs gained nothing.
     static func preallocationHelps(_ destination: Int32) -> Bool {
-        cliburing_fs_type(destination) == ext4Magic
+        (try? Syscall.fileSystemType(destination)) == ext4Magic
     }
 
     /// Allocates `ranges` of `destination` (`fallocate(2)`, mode 0: the
@@ -44,7 +36,7 @@ extension IO {
     @discardableResult
     static func preallocate(_ destination: Int32, _ ranges: [Range<Int64>]) -> Bool {
         for range in ranges where !range.isEmpty {
-            if cliburing_fallocate(destination, 0, range.lowerBound, Int64(range.count)) != 0 { return false }
+            if (try? Syscall.fallocate(destination, offset: range.lowerBound, length: Int64(range.count))) == nil { return false }
         }
         return true
     }
@@ -84,12 +76,13 @@ extension IO {
     static func copyFileRange(_ ranges: [Range<Int64>], from source: FileDescriptor, to destination: FileDescriptor,
                               chunk: Int, lanes: Int,
                               progress: @escaping @Sendable (Int) -> Void) async throws(IOError) -> Int64? {
-        guard let function = copyFileRangeFunction else { throw IOError(.copy, path: nil, errno: .noFunction) }
         let (input, output) = (source.rawValue, destination.rawValue)
         return try await copyPieces(ranges, chunk: chunk, lanes: lanes, progress: progress) { at, length in
-            var inOffset = at, outOffset = at
-            let n = function(input, &inOffset, output, &outOffset, length, 0)
-            return n < 0 ? PieceResult(errno: Errno(rawValue: errno)) : PieceResult(moved: n)
+            do throws(Errno) {
+                return PieceResult(moved: try Syscall.copyFileRange(from: input, at: at, to: output, at: at, length: length))
+            } catch {
+                return PieceResult(errno: error)
+            }
         }
     }
 
@@ -113,34 +106,36 @@ extension IO {
     static func spliceFileRanges(_ ranges: [Range<Int64>], from source: FileDescriptor, to destination: FileDescriptor,
                                  chunk: Int = 64 << 20, pipeSize: Int = 1 << 20,
                                  progress: @escaping @Sendable (Int) -> Void) async throws(IOError) -> Int64? {
-        var fds: [Int32] = [0, 0]
-        let capacity = cliburing_sized_pipe(&fds, Int32(pipeSize))
-        if capacity < 0 { throw IOError(.copy, path: nil, errno: Errno(rawValue: -capacity)) }
-        let (readEnd, writeEnd) = (fds[0], fds[1])
+        let pipe: (read: Int32, write: Int32, capacity: Int)
+        do throws(Errno) { pipe = try Syscall.pipe(capacity: pipeSize) } catch { throw IOError(.copy, path: nil, errno: error) }
+        let (readEnd, writeEnd, capacity) = pipe
         defer {
-            close(readEnd)
-            close(writeEnd)
+            Syscall.closeIgnoringErrors(readEnd)
+            Syscall.closeIgnoringErrors(writeEnd)
         }
         let (input, output) = (source.rawValue, destination.rawValue)
         // One lane: the pipe is used by one call at a time, and empty between calls.
         return try await copyPieces(ranges, chunk: chunk, lanes: 1, progress: progress) { at, length in
             var done = 0
             while done < length {
-                var inOffset = at + Int64(done)
-                let n = cliburing_splice(input, &inOffset, writeEnd, nil, Swift.min(length - done, Int(capacity)), 0)
-                if n < 0 {
-                    let error = Errno(rawValue: errno)
-                    if error == .interrupted { continue }
+                let n: Int
+                do throws(Errno) {
+                    n = try Syscall.splice(from: input, at: at + Int64(done), to: writeEnd, at: nil,
+                                           length: Swift.min(length - done, capacity))
+                } catch {
                     return done > 0 ? PieceResult(moved: done) : PieceResult(errno: error, side: .source)
                 }
                 if n == 0 { break }  // the source ended
                 var left = n
                 var outOffset = at + Int64(done)
                 while left > 0 {
-                    let m = cliburing_splice(readEnd, nil, output, &outOffset, Int(left), 0)
-                    if m < 0 && errno == EINTR { continue }
-                    // What is left in the pipe is lost with it: the copy fails.
-                    if m <= 0 { return PieceResult(errno: m < 0 ? Errno(rawValue: errno) : .ioError, side: .destination) }
+                    let m: Int
+                    do throws(Errno) { m = try Syscall.splice(from: readEnd, at: nil, to: output, at: outOffset, length: left) } catch {
+                        // What is left in the pipe is lost with it: the copy fails.
+                        return PieceResult(errno: error, side: .destination)
+                    }
+                    if m == 0 { return PieceResult(errno: .ioError, side: .destination) }
+                    outOffset += Int64(m)
                     left -= m
                 }
                 done += n

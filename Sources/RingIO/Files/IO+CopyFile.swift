@@ -50,7 +50,7 @@ extension IO {
         guard let name = path.lastComponent else { return nil }
         let random = UInt64.random(in: 0 ... .max)
         return path.removingLastComponent()
-            .appending(".\(name.string).ringio-\(getpid())-\(String(random, radix: 36))")
+            .appending(".\(name.string).ringio-\(Syscall.getpid())-\(String(random, radix: 36))")
     }
 
     /// Removes the temporary files beside `path` that a process killed
@@ -66,23 +66,18 @@ extension IO {
         guard let name = path.lastComponent else { return 0 }
         let directory = path.removingLastComponent()
         let prefix = ".\(name.string).ringio-"
-        let stream = opendir(directory.isEmpty ? "." : directory.string)
-        guard let stream else { return 0 }
-        defer { closedir(stream) }
+        guard let names = try? Syscall.directoryEntries(directory.isEmpty ? "." : directory) else { return 0 }
         var stale: [String] = []
-        while let entry = readdir(stream) {
-            let entryName = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-            }
+        for entryName in names {
             guard entryName.hasPrefix(prefix) else { continue }
             // PID-XXXX: the PID in decimal, then a random tag in base 36.
             let rest = entryName.dropFirst(prefix.count).split(separator: "-", maxSplits: 1)
             guard rest.count == 2, let pid = pid_t(rest[0]), pid > 0, !rest[1].isEmpty,
                   rest[1].allSatisfy({ $0.isASCII && ($0.isNumber || $0.isLowercase) }) else { continue }
-            if kill(pid, 0) == -1 && cliburing_errno() == ESRCH { stale.append(entryName) }
+            if !Syscall.processExists(pid) { stale.append(entryName) }
         }
         var removed = 0
-        for entryName in stale where directory.appending(entryName).withPlatformString({ unlink($0) }) == 0 {
+        for entryName in stale where (try? Syscall.unlink(directory.appending(entryName))) != nil {
             removed += 1
         }
         return removed
@@ -150,7 +145,7 @@ struct FileInfo: Sendable {
     var inode: UInt64
 
     init(_ stx: cliburing_statx_t) {
-        kind = FileKind(mode: mode_t(stx.stx_mode))
+        kind = FileType(mode: mode_t(stx.stx_mode))
         mode = UInt32(stx.stx_mode)
         size = Int64(stx.stx_size)
         device = UInt64(stx.stx_dev_major) << 32 | UInt64(stx.stx_dev_minor)
@@ -240,23 +235,28 @@ enum PathRequest {
             if createNew { return completion(.success(pair)) }
             // An existing file: which one is it? Then truncated, off the engine's thread.
             IOQueue.global.async {
-                var a = stat(), b = stat()
+                let statuses = Result { () throws(Errno) in (try Syscall.fstat(input), try Syscall.fstat(output)) }
                 var failure: IOError?
-                if fstat(input, &a) != 0 || fstat(output, &b) != 0 {
-                    failure = IOError(.stat, path: shown, side: .destination, errno: Errno(rawValue: errno))
-                } else if a.st_dev == b.st_dev && a.st_ino == b.st_ino {
-                    failure = sameFile
-                } else if b.st_mode & S_IFMT == S_IFREG && ftruncate(output, 0) != 0 {
-                    failure = IOError(.write, path: shown, side: .destination, errno: Errno(rawValue: errno))
+                switch statuses {
+                case .failure(let error):
+                    failure = IOError(.stat, path: shown, side: .destination, errno: error)
+                case .success(let (a, b)):
+                    if a.deviceID == b.deviceID && a.inode == b.inode {
+                        failure = sameFile
+                    } else if b.type == .regular {
+                        do throws(Errno) { try Syscall.ftruncate(output, to: 0) } catch {
+                            failure = IOError(.write, path: shown, side: .destination, errno: error)
+                        }
+                    }
                 }
-                if let failure {
-                    close(input)
-                    close(output)
-                    return completion(.failure(failure))
+                guard case .success(let (_, b)) = statuses, failure == nil else {
+                    Syscall.closeIgnoringErrors(input)
+                    Syscall.closeIgnoringErrors(output)
+                    return completion(.failure(failure!))
                 }
                 // What is written in place: a FIFO or a device streams, never takes the chain.
                 var pair = pair
-                pair.destinationKind = FileKind(mode: b.st_mode)
+                pair.destinationKind = b.type
                 completion(.success(pair))
             }
         }
@@ -301,8 +301,8 @@ enum PathRequest {
     /// `removing`, then calls `then`.
     static func cleanUp(_ fds: [Int32], removing target: FilePath?, then: @escaping @Sendable () -> Void) {
         IOQueue.global.async {
-            for fd in fds { _ = close(fd) }
-            if let target { _ = target.withPlatformString { unlink($0) } }
+            for fd in fds { Syscall.closeIgnoringErrors(fd) }
+            if let target { try? Syscall.unlink(target) }
             then()
         }
     }

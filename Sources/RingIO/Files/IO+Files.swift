@@ -84,7 +84,7 @@ extension IO {
     private static func readRest(of fd: Int32, after prefix: DataChunk, _ path: FilePath, limit: Int,
                                  engine: IOEngine) async throws(IOError) -> DataChunk {
         let channel = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: fd), queue: .global,
-                                engine: engine, cleanup: { _ in _ = close(fd) })
+                                engine: engine, cleanup: { _ in Syscall.closeIgnoringErrors(fd) })
         defer { channel.close() }
         let rest: DataChunk
         do throws(Errno) {
@@ -132,11 +132,10 @@ extension IO {
                 step = .synchronize
                 try await channel.synchronize()
                 step = .rename
-                let renamed = target.withPlatformString { t in path.withPlatformString { rename(t, $0) } }
-                if renamed != 0 { throw Errno(rawValue: cliburing_errno()) }
+                try Syscall.rename(target, to: path)
             }
         } catch {
-            if atomically { _ = target.withPlatformString { unlink($0) } }
+            if atomically { try? Syscall.unlink(target) }
             if channel.core.pathFailure != nil { step = .openForWriting }
             throw IOError(step, path: step == .rename ? path : target, errno: error)
         }

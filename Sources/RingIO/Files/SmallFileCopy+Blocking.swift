@@ -85,93 +85,102 @@ private struct BlockingCopy {
     private var source: FilePath { paths.source }
     private var shown: FilePath { paths.shownDestination }
 
-    private func sourceError(_ operation: IOError.Operation, _ errno: Int32) -> SmallFileCopy.Outcome {
-        .failed(IOError(operation, path: source, side: .source, errno: Errno(rawValue: errno)))
+    private func sourceError(_ operation: IOError.Operation, _ errno: Errno) -> SmallFileCopy.Outcome {
+        .failed(IOError(operation, path: source, side: .source, errno: errno))
     }
 
-    private func destinationError(_ operation: IOError.Operation, _ errno: Int32) -> SmallFileCopy.Outcome {
-        .failed(IOError(operation, path: shown, side: .destination, errno: Errno(rawValue: errno)))
+    private func destinationError(_ operation: IOError.Operation, _ errno: Errno) -> SmallFileCopy.Outcome {
+        .failed(IOError(operation, path: shown, side: .destination, errno: errno))
     }
 
-    private static func sameFile(_ a: stat, _ b: stat) -> Bool { a.st_dev == b.st_dev && a.st_ino == b.st_ino }
+    private static func sameFile(_ a: Stat, _ b: Stat) -> Bool { a.deviceID == b.deviceID && a.inode == b.inode }
 
     func run() -> SmallFileCopy.Outcome? {
-        var sourceStatus = stat()
-        if retrying({ source.withPlatformString { stat($0, &sourceStatus) } }) != 0 {
-            return sourceError(.stat, errno)
-        }
-        switch sourceStatus.st_mode & S_IFMT {
-        case S_IFREG: break
-        case S_IFDIR: return sourceError(.openForReading, EISDIR)
+        var sourceStatus: Stat
+        do throws(Errno) { sourceStatus = try Syscall.stat(source) } catch { return sourceError(.stat, error) }
+        switch sourceStatus.type {
+        case .regular: break
+        case .directory: return sourceError(.openForReading, .isDirectory)
         // A socket's open fails (ENXIO), with no effect: here, before anything is created.
-        case S_IFSOCK:
-            let fd = retrying { source.withPlatformString { open($0, O_RDONLY | O_CLOEXEC | O_NOCTTY) } }
-            if fd < 0 { return sourceError(.openForReading, errno) }
-            _ = close(fd)
+        case .socket:
+            do throws(Errno) {
+                Syscall.closeIgnoringErrors(try Syscall.open(source, flags: O_RDONLY | O_CLOEXEC | O_NOCTTY))
+            } catch {
+                return sourceError(.openForReading, error)
+            }
             return nil
         default: return nil
         }
         // What is at the destination (the final one, followed as a rename
         // would not: a symlink to the source is the source).
-        var existing = stat()
-        let exists = retrying({ (paths.destination ?? paths.target).withPlatformString { stat($0, &existing) } }) == 0
-        if exists {
-            if existing.st_mode & S_IFMT != S_IFREG { return nil }
+        let existing = try? Syscall.stat(paths.destination ?? paths.target)
+        let exists = existing != nil
+        if let existing {
+            if existing.type != .regular { return nil }
             if Self.sameFile(existing, sourceStatus) { return sameFileError }
         }
-        let input = retrying { source.withPlatformString { open($0, O_RDONLY | O_CLOEXEC | O_NOCTTY) } }
-        if input < 0 { return sourceError(.openForReading, errno) }
-        if retrying({ fstat(input, &sourceStatus) }) != 0 {
-            let e = errno
-            _ = close(input)
-            return sourceError(.stat, e)
+        let input: Int32
+        do throws(Errno) { input = try Syscall.open(source, flags: O_RDONLY | O_CLOEXEC | O_NOCTTY) } catch {
+            return sourceError(.openForReading, error)
         }
-        if sourceStatus.st_mode & S_IFMT != S_IFREG {
+        do throws(Errno) { sourceStatus = try Syscall.fstat(input) } catch {
+            Syscall.closeIgnoringErrors(input)
+            return sourceError(.stat, error)
+        }
+        if sourceStatus.type != .regular {
             // Replaced since its stat; the engine's path opens it again as it is now.
-            _ = close(input)
+            Syscall.closeIgnoringErrors(input)
             return nil
         }
-        let mode = permissions?.rawValue ?? CModeT(sourceStatus.st_mode & 0o7777)
+        let mode = permissions?.rawValue ?? CModeT(sourceStatus.mode.rawValue & 0o7777)
         let flags = (readable ? O_RDWR : O_WRONLY) | O_CREAT | O_CLOEXEC | O_NOCTTY
         // In place, a destination that was not there is created exclusively
         // too: then a failed copy knows the file is its own, and removes it.
         var created = createNew || !exists
-        var output = retrying { paths.target.withPlatformString { open($0, flags | (created ? O_EXCL : 0), mode) } }
-        if output < 0 && errno == EEXIST && !createNew {
+        var opened = Result { () throws(Errno) in
+            try Syscall.open(paths.target, flags: flags | (created ? O_EXCL : 0), mode: mode)
+        }
+        if case .failure(.fileExists) = opened, !createNew {
             // Made by someone else since the stat: written in place, as it is.
             created = false
-            output = retrying { paths.target.withPlatformString { open($0, flags, mode) } }
+            opened = Result { () throws(Errno) in try Syscall.open(paths.target, flags: flags, mode: mode) }
         }
-        if output < 0 {
-            let e = errno
-            _ = close(input)
-            return destinationError(createNew ? .create : .openForWriting, e)
+        let output: Int32
+        switch opened {
+        case .success(let fd): output = fd
+        case .failure(let error):
+            Syscall.closeIgnoringErrors(input)
+            return destinationError(createNew ? .create : .openForWriting, error)
         }
         var destinationKind: FileKind? = nil
         if created {
             if exists && paths.destination != nil { destinationKind = .regular }
         } else {
             // An existing file: which one is it? Compared before anything is truncated.
-            var status = stat()
+            var status: Stat? = nil
             var failure: SmallFileCopy.Outcome?
-            if retrying({ fstat(output, &status) }) != 0 {
-                failure = destinationError(.stat, errno)
-            } else if Self.sameFile(status, sourceStatus) {
-                failure = sameFileError
-            } else if status.st_mode & S_IFMT == S_IFREG && status.st_size > 0 && retrying({ ftruncate(output, 0) }) != 0 {
-                failure = destinationError(.write, errno)
+            do throws(Errno) {
+                let found = try Syscall.fstat(output)
+                status = found
+                if Self.sameFile(found, sourceStatus) {
+                    failure = sameFileError
+                } else if found.type == .regular && found.size > 0 {
+                    do throws(Errno) { try Syscall.ftruncate(output, to: 0) } catch { failure = destinationError(.write, error) }
+                }
+            } catch {
+                failure = destinationError(.stat, error)
             }
             if let failure {
-                _ = close(input)
-                _ = close(output)
+                Syscall.closeIgnoringErrors(input)
+                Syscall.closeIgnoringErrors(output)
                 return failure
             }
-            if status.st_mode & S_IFMT != S_IFREG {
+            if let status, status.type != .regular {
                 return .notSmall(PathRequest.Pair(info: FileInfo(sourceStatus), input: input, output: output,
-                                                  destinationKind: FileKind(mode: status.st_mode)))
+                                                  destinationKind: status.type))
             }
         }
-        let size = Int(sourceStatus.st_size)
+        let size = Int(sourceStatus.size)
         guard chain && size <= IO.smallFileLimit else {
             return .notSmall(PathRequest.Pair(info: FileInfo(sourceStatus), input: input, output: output,
                                               destinationKind: destinationKind, created: created))
@@ -188,9 +197,9 @@ private struct BlockingCopy {
     private func copy(_ input: Int32, _ output: Int32, size: Int, removingOnFailure created: Bool) -> SmallFileCopy.Outcome {
         var open = (input: true, output: true)
         func fail(_ outcome: SmallFileCopy.Outcome) -> SmallFileCopy.Outcome {
-            if open.input { _ = close(input) }
-            if open.output { _ = close(output) }
-            if created { _ = paths.target.withPlatformString { unlink($0) } }
+            if open.input { Syscall.closeIgnoringErrors(input) }
+            if open.output { Syscall.closeIgnoringErrors(output) }
+            if created { try? Syscall.unlink(paths.target) }
             return outcome
         }
         // A file whose stat says 0 bytes may still have some (procfs): it is read to its end.
@@ -199,8 +208,10 @@ private struct BlockingCopy {
         defer { buffer.deallocate() }
         var count = 0
         while count < capacity {
-            let n = retrying { read(input, buffer + count, capacity - count) }
-            if n < 0 { return fail(sourceError(.read, errno)) }
+            let n: Int
+            do throws(Errno) { n = try Syscall.read(input, into: UnsafeMutableRawBufferPointer(start: buffer + count, count: capacity - count)) } catch {
+                return fail(sourceError(.read, error))
+            }
             if n == 0 { break }  // shrank since its stat: what is there now is copied
             count += n
             if count == capacity && size == 0 {
@@ -217,33 +228,25 @@ private struct BlockingCopy {
         if size == 0 && count > IO.smallFileLimit { return fail(.changed) }
         var written = 0
         while written < count {
-            let n = retrying { write(output, buffer + written, count - written) }
-            if n < 0 { return fail(destinationError(.write, errno)) }
-            if n == 0 { return fail(destinationError(.write, EIO)) }
+            let n: Int
+            do throws(Errno) { n = try Syscall.write(output, from: UnsafeRawBufferPointer(start: buffer + written, count: count - written)) } catch {
+                return fail(destinationError(.write, error))
+            }
+            if n == 0 { return fail(destinationError(.write, .ioError)) }
             written += n
         }
-        if sync && retrying({ fsync(output) }) != 0 { return fail(destinationError(.write, errno)) }
+        if sync {
+            do throws(Errno) { try Syscall.fsync(output) } catch { return fail(destinationError(.write, error)) }
+        }
         open.input = false
-        if close(input) != 0 && errno != EINTR { return fail(sourceError(.close, errno)) }
+        do throws(Errno) { try Syscall.close(input) } catch { return fail(sourceError(.close, error)) }
         open.output = false
-        if close(output) != 0 && errno != EINTR { return fail(destinationError(.close, errno)) }
+        do throws(Errno) { try Syscall.close(output) } catch { return fail(destinationError(.close, error)) }
         if let destination = paths.destination {
-            let renamed = paths.target.withPlatformString { old in
-                destination.withPlatformString { new in
-                    noReplace ? cliburing_renameat2(AT_FDCWD, old, AT_FDCWD, new, UInt32(RENAME_NOREPLACE))
-                        : rename(old, new)
-                }
+            do throws(Errno) { try Syscall.rename(paths.target, to: destination, noReplace: noReplace) } catch {
+                return fail(destinationError(.rename, error))
             }
-            if renamed != 0 { return fail(destinationError(.rename, errno)) }
         }
         return .copied(Int64(count))
     }
-}
-
-/// `call` again while it fails with `EINTR`.
-@inline(__always)
-private func retrying<T: BinaryInteger>(_ call: () -> T) -> T {
-    var result = call()
-    while result < 0 && errno == EINTR { result = call() }
-    return result
 }

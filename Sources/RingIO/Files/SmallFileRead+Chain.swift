@@ -58,7 +58,7 @@ extension SmallFileRead {
             let base = UnsafeMutableRawPointer(bitPattern: address)!
             guard results.open >= 0 else {
                 free(base)
-                if results.fd >= 0 { _ = Glibc.close(results.fd) }
+                if results.fd >= 0 { Syscall.closeIgnoringErrors(results.fd) }
                 return completion(.failed(IOError(.openForReading, path: path, errno: Errno(rawValue: -results.open))),
                                   file.noSlot)
             }
@@ -84,36 +84,33 @@ extension SmallFileRead {
             // when none were taken can the channel path start afresh.
             return read > 0 ? .failed(IOError(.read, path: path, errno: Errno(rawValue: -fd))) : .general
         }
-        var st = stat()
-        var rc = fstat(fd, &st)
-        while rc != 0 && cliburing_errno() == EINTR { rc = fstat(fd, &st) }
-        let regular = rc == 0 && st.st_mode & S_IFMT == S_IFREG
+        let st = try? Syscall.fstat(fd)
+        let regular = st?.type == .regular
         if read > 0 && Int(read) > maximumSize {
-            _ = Glibc.close(fd)
+            Syscall.closeIgnoringErrors(fd)
             free(base)
             return tooLarge(path, maximumSize)
         }
-        guard regular && read >= 0 && Int(st.st_size) <= limit else {
+        guard let st, regular && read >= 0 && Int(st.size) <= limit else {
             if read <= 0 || regular {
                 // Nothing taken (a FIFO without data, a directory, a device that
                 // gave nothing), or a large regular file: the channel path,
                 // which opens it again as a blocking open would.
-                _ = Glibc.close(fd)
+                Syscall.closeIgnoringErrors(fd)
                 free(base)
                 return .general
             }
             // Bytes taken from a FIFO or a device: the rest comes from the same
             // fd, now blocking, through a channel.
-            let flags = fcntl(fd, F_GETFL)
-            if flags >= 0 { _ = fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) }
+            if let flags = try? Syscall.fcntl(fd, F_GETFL) { _ = try? Syscall.fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) }
             return .partial(chunk(base, count: Int(read)), fd: fd)
         }
         let n = Int(read)
-        let size = Int(st.st_size)
+        let size = Int(st.size)
         // A short read of a regular file is its end, unless it says it has 0
         // bytes and gave some (procfs): then read on until a read gives 0.
         if n < capacity && (size > 0 || n == 0) {
-            _ = Glibc.close(fd)
+            Syscall.closeIgnoringErrors(fd)
             return .done(chunk(base, count: n))
         }
         readOn(fd: fd, base: base, capacity: capacity, count: n, size: size, path, maximumSize: maximumSize,
@@ -139,18 +136,18 @@ extension SmallFileRead {
                                       offset: Int64(count))) { res in
             let base = UnsafeMutableRawPointer(bitPattern: address)!
             guard res >= 0 else {
-                _ = Glibc.close(fd)
+                Syscall.closeIgnoringErrors(fd)
                 free(base)
                 return completion(.failed(IOError(.read, path: path, errno: Errno(rawValue: -res))))
             }
             let total = count + Int(res)
             if total > maximumSize {
-                _ = Glibc.close(fd)
+                Syscall.closeIgnoringErrors(fd)
                 free(base)
                 return completion(tooLarge(path, maximumSize))
             }
             if res == 0 || (total < grown && size > 0) {
-                _ = Glibc.close(fd)
+                Syscall.closeIgnoringErrors(fd)
                 return completion(.done(chunk(base, count: total)))
             }
             readOn(fd: fd, base: base, capacity: grown, count: total, size: size, path, maximumSize: maximumSize,
@@ -172,7 +169,7 @@ extension SmallFileRead {
                                         offset: 0)) { read.value = $0 }
             let close = IORequest(.close(fd: fd)) { closed in
                 // Cancelled before it ran (the engine shut down): the fd is still open.
-                if closed == -ECANCELED { _ = Glibc.close(fd) }
+                if closed == -ECANCELED { Syscall.closeIgnoringErrors(fd) }
                 let base = UnsafeMutableRawPointer(bitPattern: address)!
                 let res = read.value
                 guard res >= 0, Int(res) <= size else {

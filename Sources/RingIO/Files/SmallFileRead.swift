@@ -88,35 +88,37 @@ enum SmallFileRead {
     /// file of 1 ... `limit` bytes whose bytes are not all cached.
     static func attemptInline(_ path: FilePath, maximumSize: Int, keepOpen: Bool) -> Inline {
         guard inlineSupported.load(ordering: .relaxed) else { return .none }
-        let fd = path.withPlatformString { cliburing_open_cached($0, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
-        guard fd >= 0 else {
-            let e = cliburing_errno()
-            if e == ENOSYS || e == EINVAL || e == EPERM { inlineSupported.store(false, ordering: .relaxed) }
+        let fd: Int32
+        do throws(Errno) { fd = try Syscall.openCached(path, flags: O_RDONLY | O_CLOEXEC | O_NONBLOCK) } catch {
+            if error == .noFunction || error == .invalidArgument || error == .notPermitted {
+                inlineSupported.store(false, ordering: .relaxed)
+            }
             return .none
         }
-        var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size > 0, st.st_size <= limit,
-              Int(st.st_size) <= maximumSize else {
-            _ = close(fd)
+        guard let st = try? Syscall.fstat(fd), st.type == .regular, st.size > 0, st.size <= limit,
+              Int(st.size) <= maximumSize else {
+            Syscall.closeIgnoringErrors(fd)
             return .none
         }
-        let size = Int(st.st_size)
+        let size = Int(st.size)
         let base = malloc(size + 1)!
-        let n = cliburing_pread_nowait(fd, base, size + 1, 0)
+        let read = Result { () throws(Errno) in
+            try Syscall.preadNowait(fd, into: UnsafeMutableRawBufferPointer(start: base, count: size + 1), at: 0)
+        }
+        let n = (try? read.get()) ?? -1
         // Fewer bytes than the stat said: part of the file is not cached (or it
         // shrank); more: it grew. The engine's read settles both.
         guard n == size else {
-            let e = cliburing_errno()
             free(base)
-            if n < 0, e == EOPNOTSUPP || e == EINVAL {
+            if case .failure(let e) = read, e == .notSupported || e == .invalidArgument {
                 inlineSupported.store(false, ordering: .relaxed)
             } else if keepOpen && n < size {
                 return .opened(fd: fd, size: size)
             }
-            _ = close(fd)
+            Syscall.closeIgnoringErrors(fd)
             return .none
         }
-        _ = close(fd)
+        Syscall.closeIgnoringErrors(fd)
         return .bytes(DataChunk(bytesNoCopy: UnsafeRawBufferPointer(start: base, count: size), deallocator: .free))
     }
 
@@ -158,16 +160,13 @@ enum SmallFileRead {
 
     private static func opened(fd: Int32, _ path: FilePath, maximumSize: Int, engine: IOEngine,
                                _ completion: @escaping @Sendable (Outcome) -> Void) {
-        var st = stat()
-        var rc = fstat(fd, &st)
-        while rc != 0 && cliburing_errno() == EINTR { rc = fstat(fd, &st) }
-        guard rc == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size > 0, st.st_size <= limit else {
-            _ = close(fd)
+        guard let st = try? Syscall.fstat(fd), st.type == .regular, st.size > 0, st.size <= limit else {
+            Syscall.closeIgnoringErrors(fd)
             return completion(.general)
         }
-        let size = Int(st.st_size)
+        let size = Int(st.size)
         guard size <= maximumSize else {
-            _ = close(fd)
+            Syscall.closeIgnoringErrors(fd)
             return completion(.failed(IOError(.read, path: path, errno: .fileTooLarge,
                                               detail: "more than the maximum size of \(maximumSize) bytes")))
         }
@@ -178,7 +177,7 @@ enum SmallFileRead {
         engine.submit(IORequest(.read(fd: fd, buffer: UnsafeMutableRawBufferPointer(start: base, count: size + 1),
                                       offset: 0)) { res in
             let buffer = UnsafeMutableRawBufferPointer(start: UnsafeMutableRawPointer(bitPattern: address), count: size + 1)
-            _ = close(fd)
+            Syscall.closeIgnoringErrors(fd)
             guard res >= 0, Int(res) <= size else {
                 free(buffer.baseAddress)
                 return completion(res < 0 ? .failed(IOError(.read, path: path, errno: Errno(rawValue: -res))) : .general)

@@ -50,8 +50,8 @@ final class SpliceCopy: Sendable {
             self.capacity = capacity
         }
         deinit {
-            close(readEnd)
-            close(writeEnd)
+            Syscall.closeIgnoringErrors(readEnd)
+            Syscall.closeIgnoringErrors(writeEnd)
         }
     }
 
@@ -71,11 +71,9 @@ final class SpliceCopy: Sendable {
         self.progress = progress
         var lanes: [Lane] = []
         for _ in 0..<Swift.max(laneCount, 1) {
-            var fds: [Int32] = [0, 0]
             // As large as allowed: fewer, larger splices. The kernel may round it.
-            let capacity = cliburing_sized_pipe(&fds, Int32(pipeSize))
-            if capacity < 0 { throw Errno(rawValue: -capacity) }
-            lanes.append(Lane(readEnd: fds[0], writeEnd: fds[1], capacity: Int(capacity)))
+            let pipe = try Syscall.pipe(capacity: pipeSize)
+            lanes.append(Lane(readEnd: pipe.read, writeEnd: pipe.write, capacity: pipe.capacity))
         }
         self.lanes = lanes
         let chunk = Int64(lanes.map(\.capacity).min()!)

@@ -55,7 +55,7 @@ package final class WorkerPool: @unchecked Sendable {
 
     private init() {
         watchdogCondition = Condition(lock: lock)
-        let cores = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+        let cores = Syscall.onlineProcessors()
         baseThreads = Swift.max(2, cores)
     }
 

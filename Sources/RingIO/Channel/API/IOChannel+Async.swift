@@ -201,10 +201,7 @@ extension IOChannel {
     public func synchronize(dataOnly: Bool = false) async throws(Errno) {
         let error = await barrier { () -> Errno? in
             guard let fd = self.fileDescriptor?.rawValue else { return .canceled }
-            while (dataOnly ? fdatasync(fd) : fsync(fd)) != 0 {
-                let e = cliburing_errno()
-                if e != EINTR { return Errno(rawValue: e) }
-            }
+            do throws(Errno) { try Syscall.fsync(fd, dataOnly: dataOnly) } catch { return error }
             return nil
         }
         if let error { throw error }

@@ -89,19 +89,18 @@ struct DirectAlignment: Sendable, Equatable {
     /// block size it sits on.
     static func of(fd: Int32) -> DirectAlignment? {
         var info = cliburing_statx_t()
-        if cliburing_statx(fd, "", cliburing_at_empty_path(), UInt32(STATX_DIOALIGN) | UInt32(STATX_TYPE), &info) == 0,
+        if (try? Syscall.statx(fd, "", flags: cliburing_at_empty_path(), mask: UInt32(STATX_DIOALIGN) | UInt32(STATX_TYPE),
+                               into: &info)) != nil,
            info.stx_mask & UInt32(STATX_DIOALIGN) != 0 {
             guard info.stx_dio_offset_align > 0 else { return nil }
             return DirectAlignment(memory: Int(Swift.max(info.stx_dio_mem_align, 1)),
                                    offset: Int(info.stx_dio_offset_align))
         }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { return nil }
-        if st.st_mode & S_IFMT == S_IFBLK {
-            let size = cliburing_logical_block_size(fd)
-            if size > 0 { return DirectAlignment(memory: Int(size), offset: Int(size)) }
+        guard let status = try? Syscall.fstat(fd) else { return nil }
+        if status.type == .blockSpecial, let size = try? Syscall.logicalBlockSize(fd), size > 0 {
+            return DirectAlignment(memory: size, offset: size)
         }
-        let size = Int(st.st_blksize)
+        let size = status.preferredIOBlockSize
         let block = size >= 512 && size & (size - 1) == 0 ? size : 4096
         return DirectAlignment(memory: block, offset: block)
     }
@@ -114,8 +113,7 @@ enum DirectIONotice {
     static func refused(fd: Int32, _ error: Errno) {
         guard !said.exchange(true, ordering: .relaxed), getenv("RINGIO_QUIET") == nil else { return }
         let line = "RingIO: direct I/O refused on fd \(fd) (\(error)); going on with buffered I/O\n"
-        var bytes = Array(line.utf8)
-        _ = write(2, &bytes, bytes.count)
+        _ = Array(line.utf8).withUnsafeBytes { try? Syscall.write(2, from: $0) }
     }
 }
 
@@ -124,22 +122,23 @@ extension FDEntry {
     /// fd runs). Returns the error when the file cannot do direct I/O.
     func switchDirect(on: Bool) -> Errno? {
         guard on else {
-            let flags = fcntl(fd, F_GETFL)
-            if flags >= 0 && flags & cliburing_o_direct() != 0 {
-                _ = fcntl(fd, F_SETFL, flags & ~cliburing_o_direct())
+            if let flags = try? Syscall.fcntl(fd, F_GETFL), flags & cliburing_o_direct() != 0 {
+                _ = try? Syscall.fcntl(fd, F_SETFL, flags & ~cliburing_o_direct())
             }
             setDirectAlignment(nil)
             return nil
         }
         // O_DIRECT on a pipe would turn on its packet mode.
         guard kind.isPositional else { return .invalidArgument }
-        let flags = fcntl(fd, F_GETFL)
-        guard flags >= 0 else { return Errno(rawValue: cliburing_errno()) }
-        if flags & cliburing_o_direct() == 0 && fcntl(fd, F_SETFL, flags | cliburing_o_direct()) != 0 {
-            return Errno(rawValue: cliburing_errno())
+        let flags: CInt
+        do throws(Errno) {
+            flags = try Syscall.fcntl(fd, F_GETFL)
+            if flags & cliburing_o_direct() == 0 { try Syscall.fcntl(fd, F_SETFL, flags | cliburing_o_direct()) }
+        } catch {
+            return error
         }
         guard let alignment = DirectAlignment.of(fd: fd) else {
-            _ = fcntl(fd, F_SETFL, flags & ~cliburing_o_direct())
+            _ = try? Syscall.fcntl(fd, F_SETFL, flags & ~cliburing_o_direct())
             return .invalidArgument
         }
         setDirectAlignment(alignment)

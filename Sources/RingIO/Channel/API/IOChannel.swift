@@ -233,8 +233,6 @@ extension IO {
     package static func absolute(_ path: FilePath) -> Result<FilePath, Errno> {
         if path.isEmpty { return .failure(.invalidArgument) }
         if path.isAbsolute { return .success(path) }
-        guard let cwd = getcwd(nil, 0) else { return .failure(Errno(rawValue: cliburing_errno())) }
-        defer { free(cwd) }
-        return .success(FilePath(platformString: cwd).pushing(path))
+        return Result { () throws(Errno) in try Syscall.getcwd().pushing(path) }
     }
 }

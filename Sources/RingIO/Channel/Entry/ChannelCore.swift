@@ -104,8 +104,7 @@ package final class ChannelCore: @unchecked Sendable {
     /// (0 for a stream channel, which does not use it).
     private static func randomBase(fd: Int32, kind: IOChannel.Kind) -> Result<Int64, Errno> {
         guard kind == .random else { return .success(0) }
-        let position = lseek(fd, 0, SEEK_CUR)
-        return position < 0 ? .failure(Errno(rawValue: cliburing_errno())) : .success(Int64(position))
+        return Result { () throws(Errno) in try Syscall.lseek(fd, 0, SEEK_CUR) }
     }
 
     /// A path channel's check or open error; `nil` while it works, and for fd channels.
@@ -336,12 +335,12 @@ package final class ChannelCore: @unchecked Sendable {
             case .success(let fd):
                 switch describe(fd: fd) {
                 case .failure(let error):
-                    _ = Glibc.close(fd)
+                    Syscall.closeIgnoringErrors(fd)
                     pathFailed(error)
                 case .success(let (fileKind, identity)):
                     // The file may have changed since the check.
                     if let error = fileKind.unusable(for: kind) {
-                        _ = Glibc.close(fd)
+                        Syscall.closeIgnoringErrors(fd)
                         return pathFailed(error)
                     }
                     pathOpened(FDEntry.owning(fd: fd, kind: fileKind, identity: identity))
@@ -388,7 +387,7 @@ enum Probe {
         engine.submit(IORequest(.statx(directory: AT_FDCWD, path: memory.paths[0], flags: flags,
                                        mask: UInt32(STATX_TYPE), buffer: memory.statx!), owner: memory) { res in
             if res < 0 { return completion(.failure(Errno(rawValue: -res))) }
-            completion(.success(FileKind(mode: mode_t(memory.statx!.pointee.stx_mode))))
+            completion(.success(FileType(mode: mode_t(memory.statx!.pointee.stx_mode))))
         })
     }
 

@@ -11,27 +11,19 @@ import RingIOData
 import RingIOQueue
 @_spi(Engine) import RingIOEngine
 
-/// What kind of file an fd refers to, and what that means for I/O on it.
-package enum FileKind: Sendable, Equatable {
-    case regular, directory, fifo, socket, character, block, other
+/// What kind of file an fd refers to: swift-system's `FileType` (from
+/// `Stat.type`, or `FileType(mode:)` for a statx mode), the library's one
+/// mapping of `st_mode`.
+package typealias FileKind = FileType
 
-    package init(mode: mode_t) {
-        switch mode & S_IFMT {
-        case S_IFREG: self = .regular
-        case S_IFDIR: self = .directory
-        case S_IFIFO: self = .fifo
-        case S_IFSOCK: self = .socket
-        case S_IFCHR: self = .character
-        case S_IFBLK: self = .block
-        default: self = .other
-        }
-    }
-
+/// What the kind of a file means for I/O on it.
+extension FileType {
     /// Positional reads and writes work, and several may be in flight at once.
-    var isPositional: Bool { self == .regular || self == .block }
+    var isPositional: Bool { self == .regular || self == .blockSpecial }
 
-    /// Reads and writes may wait indefinitely (a pipe, a socket, a tty).
-    var mayBlock: Bool { self == .fifo || self == .socket || self == .character || self == .other }
+    /// Reads and writes may wait indefinitely (a pipe, a socket, a tty, or
+    /// a kind the library does not know).
+    var mayBlock: Bool { !(self == .regular || self == .directory || self == .blockSpecial) }
 
     /// Why a channel of `channelKind` cannot use such a file: a directory
     /// (`EISDIR`, any kind), or a pipe or socket for a random channel
@@ -55,12 +47,9 @@ struct FileIdentity: Sendable, Hashable {
 
 /// `fstat(fd)`: the file's kind and identity, or the error.
 func describe(fd: Int32) -> Result<(FileKind, FileIdentity), Errno> {
-    var st = stat()
-    while fstat(fd, &st) != 0 {
-        let e = cliburing_errno()
-        if e != EINTR { return .failure(Errno(rawValue: e)) }
+    Result { () throws(Errno) in try Syscall.fstat(fd) }.map {
+        ($0.type, FileIdentity(device: UInt64($0.deviceID.rawValue), inode: UInt64($0.inode.rawValue)))
     }
-    return .success((FileKind(mode: st.st_mode), FileIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))))
 }
 
 /// The state shared by every channel of one file descriptor: the order in
@@ -150,11 +139,9 @@ final class FDEntry: @unchecked Sendable {
                 // Where an O_APPEND write lands, and where it leaves the
                 // position (a writer on another fd may still append first:
                 // the bytes stay whole, the position may then fall short).
-                var st = stat()
-                return fstat(fd, &st) == 0 ? Int64(st.st_size) : nil
+                return (try? Syscall.fstat(fd)).map { Int64($0.size) }
             }
-            let position = lseek(fd, 0, SEEK_CUR)
-            return position < 0 ? nil : Int64(position)
+            return try? Syscall.lseek(fd, 0, SEEK_CUR)
         }
         func needsExclusiveRun(_ operation: ChannelOperation, streamPosition: Int64?) -> Bool {
             guard let alignment else { return false }
@@ -176,7 +163,7 @@ final class FDEntry: @unchecked Sendable {
         self.device = device
         self.noWait = Atomic(kind == .regular && device != nil
                                  ? NoWaitReads.of(device: device!).rawValue : NoWaitReads.unsupported.rawValue)
-        let flags = fcntl(fd, F_GETFL)
+        let flags = (try? Syscall.fcntl(fd, F_GETFL)) ?? -1
         self.appendMode = flags >= 0 && (flags & O_APPEND) != 0
         self.writeOnly = flags >= 0 && (flags & O_ACCMODE) == O_WRONLY
         self.fixedFile = kind.isPositional ? FixedFileSlot(fd: fd) : nil
@@ -336,7 +323,7 @@ final class FDEntry: @unchecked Sendable {
                 // Under the lock, and before any of their last calls is
                 // queued: the position is where they leave it when those
                 // calls run, and the next stream operation finds it set.
-                if let position = release.position { _ = lseek(fd, off_t(position), SEEK_SET) }
+                if let position = release.position { _ = try? Syscall.lseek(fd, position, SEEK_SET) }
                 finish(run, CoalescedWrite.attribute(lengths: run.lengths, written: run.written, error: run.error))
                 let end = run.offset &+ Int64(run.written)
                 if let error = run.error, end >= run.sizeAtStart {
@@ -353,15 +340,15 @@ final class FDEntry: @unchecked Sendable {
             if let cut = shortRun, scheduler.runsInFlight == 0 {
                 shortRun = nil
                 let wrote = cut.held.contains { $0.written > 0 }
-                if !wrote || ftruncate(fd, off_t(cut.end)) == 0 {
-                    _ = lseek(fd, off_t(cut.end), SEEK_SET)
+                if !wrote || (try? Syscall.ftruncate(fd, to: cut.end)) != nil {
+                    _ = try? Syscall.lseek(fd, cut.end, SEEK_SET)
                     for run in cut.held {
                         finish(run, CoalescedWrite.attribute(lengths: run.lengths, written: 0, error: cut.error))
                     }
                 } else {
                     var end = cut.end
                     for run in cut.held where run.written > 0 { end = Swift.max(end, run.offset &+ Int64(run.written)) }
-                    _ = lseek(fd, off_t(end), SEEK_SET)
+                    _ = try? Syscall.lseek(fd, end, SEEK_SET)
                     for run in cut.held {
                         finish(run, CoalescedWrite.attribute(lengths: run.lengths, written: run.written, error: run.error))
                     }
@@ -405,7 +392,7 @@ final class FDEntry: @unchecked Sendable {
             }
         }
         if ownsDescriptor {
-            _ = Glibc.close(fd)
+            Syscall.closeIgnoringErrors(fd)
         }
         for cleanup in list {
             let handler = cleanup.handler

@@ -64,15 +64,14 @@ extension ChannelOperation {
         if final == nil {
             if let length = step.truncate, let entry {
                 // A read-modify-write wrote a whole block past the old end of file.
-                var st = stat()
-                if fstat(entry.fd, &st) == 0 && Int64(st.st_size) > length {
-                    _ = ftruncate(entry.fd, off_t(length))
+                if let status = try? Syscall.fstat(entry.fd), status.size > length {
+                    _ = try? Syscall.ftruncate(entry.fd, to: length)
                 }
             }
             // The position first: the last handler call may read it, or
             // hand the fd on (SEMANTICS.md, "Kinds").
             if let position = step.position, let entry {
-                _ = lseek(entry.fd, off_t(position), SEEK_SET)
+                _ = try? Syscall.lseek(entry.fd, position, SEEK_SET)
             }
             lock.lock()
             final = state.queueFinalDeliveries(tellEntry: ranOnEntry)

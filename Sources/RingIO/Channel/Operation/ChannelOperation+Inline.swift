@@ -3,8 +3,9 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import CLiburing
+import SystemPackage
 import Synchronization
+import RingIOBase
 @_spi(Engine) import RingIOEngine
 
 // The inline first try of a read: `preadv2(..., RWF_NOWAIT)` on the thread
@@ -33,19 +34,19 @@ extension ChannelOperation {
         // must see every read go there.
         if engine.faults.hasRules { return nil }
         #endif
-        let n = cliburing_pread_nowait(fd, buffer.baseAddress, buffer.count, offset)
-        if n >= 0 {
+        do {
+            let n = try Syscall.preadNowait(fd, into: buffer, at: offset)
             entry.learnNoWait(supported: true)
             entry.inlineReads.add(1, ordering: .relaxed)
             return Int32(n)
+        } catch {
+            if error.rawValue == EOPNOTSUPP {
+                entry.learnNoWait(supported: false)
+            } else if error == .resourceTemporarilyUnavailable {
+                entry.learnNoWait(supported: true)
+            }
+            entry.inlineFallbacks.add(1, ordering: .relaxed)
+            return nil
         }
-        let error = cliburing_errno()
-        if error == EOPNOTSUPP {
-            entry.learnNoWait(supported: false)
-        } else if error == EAGAIN {
-            entry.learnNoWait(supported: true)
-        }
-        entry.inlineFallbacks.add(1, ordering: .relaxed)
-        return nil
     }
 }

@@ -208,12 +208,10 @@ package final class ChannelOperation: SchedulableOperation, IORequestTarget, @un
         unowned(unsafe) let operation: ChannelOperation
         let fd: Int32
         func filePosition() -> Result<Int64, Errno> {
-            let position = lseek(fd, 0, SEEK_CUR)
-            return position < 0 ? .failure(Errno(rawValue: cliburing_errno())) : .success(Int64(position))
+            Result { () throws(Errno) in try Syscall.lseek(fd, 0, SEEK_CUR) }
         }
         func fileLength() -> Int64? {
-            var st = stat()
-            return fstat(fd, &st) == 0 ? Int64(st.st_size) : nil
+            (try? Syscall.fstat(fd))?.size
         }
         func makeSlot(_ slot: NewSlot) -> SlotIO? { operation.makeSlotLocked(slot) }
         func heldInWrites() -> Int { operation.readAheadHold?.bytes ?? 0 }

@@ -95,8 +95,7 @@ final class CoalescedWrite: @unchecked Sendable {
 
     /// Sends the run (the entry has started its writes).
     func start() {
-        var st = stat()
-        if fstat(entry.fd, &st) == 0 { sizeAtStart = Int64(st.st_size) }
+        if let status = try? Syscall.fstat(entry.fd) { sizeAtStart = status.size }
         lengths = operations.map { $0.beginCoalesced() ? $0.length : nil }
         var regions = 0
         for (operation, length) in zip(operations, lengths) where length != nil {
