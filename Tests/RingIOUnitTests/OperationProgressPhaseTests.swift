@@ -143,17 +143,41 @@ struct OperationProgressPhaseTests {
         #expect(p.handshake == .settled)
         let first = p.completed(0, 40, host: PlainHost())
         #expect(first.runner == .schedule)
-        #expect(p.handshake == .enqueuePending, "thread A has yet to put the runner on the queue")
+        #expect(p.handshake == .enqueuePending(count: 1), "thread A has yet to put the runner on the queue")
         _ = p.completed(1, 0, host: PlainHost())
         _ = p.finishIO(ranOnEntry: true)
         let (_, tellEntry) = p.queueFinalDeliveries(tellEntry: true)
         #expect(!tellEntry)
-        #expect(p.handshake == .entryNoticeDeferred)
+        #expect(p.handshake == .entryNoticeDeferred(count: 1))
         let told = p.runnerQueued()
         #expect(told, "A tells the entry")
         #expect(p.handshake == .settled)
-        let again = p.runnerQueued()
-        #expect(!again, "told once")
+    }
+
+    @Test("two runners scheduled by two threads, neither yet on the queue: the entry hears of the end after both are")
+    func twoRunnersInFlight() {
+        var settings = ChannelSettings()
+        settings.low = 1
+        var p = progress(.read, stream: true, length: 100, settings: settings)
+        _ = p.start(.init(positionalFile: false), host: PlainHost())
+        // Thread A: a completion schedules the runner; A has not queued it yet.
+        let a = p.completed(0, 10, host: PlainHost())
+        #expect(a.runner == .schedule)
+        // The runner (queued by A just now) runs at once and drains everything.
+        while let delivery = p.nextDelivery() { _ = p.handlerReturned(delivery, host: PlainHost()) }
+        // Thread C: the next completion schedules a runner again; C has not queued it yet.
+        let c = p.completed(1, 10, host: PlainHost())
+        #expect(c.runner == .schedule)
+        // A says its runner is queued: C's still is not.
+        let toldByA = p.runnerQueued()
+        #expect(!toldByA)
+        // Thread D ends the operation.
+        _ = p.completed(2, 0, host: PlainHost())
+        _ = p.finishIO(ranOnEntry: true)
+        let (_, tellEntry) = p.queueFinalDeliveries(tellEntry: true)
+        #expect(!tellEntry, "C's runner is not on the queue yet: the next operation's calls could overtake it")
+        let toldByC = p.runnerQueued()
+        #expect(toldByC, "C tells the entry once its runner is queued")
     }
 
     @Test("the request size: the high-water mark, at least a page, at most a chunk; one copy for start and coalescing")
@@ -228,6 +252,14 @@ struct OperationProgressPhaseTests {
         await #expect(processExitsWith: .failure) {
             var p = progress(.read)
             p.canceledBeforeStart()
+        }
+    }
+
+    @Test("saying a runner is queued when none was asked for stops the process")
+    func runnerQueuedUnasked() async {
+        await #expect(processExitsWith: .failure) {
+            var p = progress(.read)
+            _ = p.runnerQueued()
         }
     }
 

@@ -100,9 +100,11 @@ package final class ChannelOperation: SchedulableOperation, IORequestTarget, @un
     /// queues the operation.
     var isPipelinableWrite: Bool {
         guard let entry else { return false }
-        let context = Progress.StartContext(positionalFile: entry.kind.isPositional, appendMode: entry.appendMode,
-                                            directAlignment: entry.directAlignment)
-        return fixed { $0.isPipelinableWrite(context) }
+        return fixed {
+            $0.isPipelinableWrite(Progress.StartContext(positionalFile: entry.kind.isPositional,
+                                                        appendMode: entry.appendMode,
+                                                        directAlignment: entry.directAlignment))
+        }
     }
 
     /// Whether this write must run alone on its entry

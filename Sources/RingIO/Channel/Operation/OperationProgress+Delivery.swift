@@ -81,13 +81,9 @@ extension OperationProgress {
         }
         // This caller schedules the runner it was handed before it tells the
         // entry: no other thread's notice is needed for that one.
-        if runner == .schedule { setHandshake(.settled) }
+        if runner == .schedule { _ = runnerOnQueue() }
         guard tellEntry else { return (runner, false) }
-        if handshake == .enqueuePending {
-            setHandshake(.entryNoticeDeferred)
-            return (runner, false)
-        }
-        return (runner, true)
+        return (runner, !deferEntryNotice())
     }
 
     /// The runner a transition asked for (`Runner.schedule`) is on the
@@ -95,9 +91,7 @@ extension OperationProgress {
     /// over (a `finishIO` on another thread left that to it).
     mutating func runnerQueued() -> Bool {
         defer { _invariantCheck() }
-        let deferred = handshake == .entryNoticeDeferred
-        setHandshake(.settled)
-        return deferred
+        return runnerOnQueue()
     }
 
     // MARK: - coalesced writes
@@ -136,7 +130,7 @@ extension OperationProgress {
         if runnerActive { return .none }
         runnerActive = true
         if options.inline || deferRunner { return .runHere }
-        setHandshake(.enqueuePending)
+        runnerScheduled()
         return .schedule
     }
 

@@ -38,15 +38,19 @@ extension OperationProgress {
     /// handler runner on `queue` (`Runner.schedule`) and the entry's notice
     /// that the I/O is over: the entry must not hear of the end before that
     /// runner is on the queue, or the next operation's calls could overtake.
+    ///
+    /// More than one runner can be on its way: thread A's runner, queued but
+    /// not yet confirmed, may already have run dry when thread C's
+    /// completion schedules another; A's confirmation must not count for C's.
     enum RunnerHandshake: Equatable {
         /// No runner is on its way to `queue` unconfirmed.
         case settled
-        /// A runner was scheduled by a transition whose caller has not yet
-        /// said it is queued (`runnerQueued`).
-        case enqueuePending
+        /// `count` runners were scheduled by transitions whose callers have
+        /// not yet said they are queued (`runnerQueued`).
+        case enqueuePending(count: Int)
         /// As `enqueuePending`, and `queueFinalDeliveries` left the entry's
-        /// notice to the caller of `runnerQueued`.
-        case entryNoticeDeferred
+        /// notice to the caller of the last `runnerQueued`.
+        case entryNoticeDeferred(count: Int)
     }
 
     // MARK: - the phase, as the rules ask it
@@ -105,13 +109,37 @@ extension OperationProgress {
         phase = .finished(end)
     }
 
-    /// Sets the runner's hand-off (`enqueue`, `queueFinalDeliveries`,
-    /// `runnerQueued`); a deferred notice needs the I/O over.
-    mutating func setHandshake(_ next: RunnerHandshake) {
-        if next == .entryNoticeDeferred && (handshake != .enqueuePending || !ioDone) {
-            illegal("defer the entry's notice with \(handshake)")
+    /// `enqueue` asked its caller to put a runner on `queue`.
+    mutating func runnerScheduled() {
+        switch handshake {
+        case .settled: handshake = .enqueuePending(count: 1)
+        case .enqueuePending(let count): handshake = .enqueuePending(count: count + 1)
+        case .entryNoticeDeferred: illegal("a runner scheduled after the last handler call was queued")
         }
-        handshake = next
+    }
+
+    /// A runner asked for is on `queue`: returns whether the entry's notice,
+    /// deferred until then, is now due.
+    mutating func runnerOnQueue() -> Bool {
+        switch handshake {
+        case .settled:
+            illegal("runnerQueued with no runner scheduled")
+        case .enqueuePending(let count):
+            handshake = count == 1 ? .settled : .enqueuePending(count: count - 1)
+            return false
+        case .entryNoticeDeferred(let count):
+            handshake = count == 1 ? .settled : .entryNoticeDeferred(count: count - 1)
+            return count == 1
+        }
+    }
+
+    /// `queueFinalDeliveries`: the entry must hear of the end only once
+    /// every runner asked for is on `queue`. Returns whether it must wait.
+    mutating func deferEntryNotice() -> Bool {
+        guard ioDone else { illegal("defer the entry's notice") }
+        guard case .enqueuePending(let count) = handshake else { return false }
+        handshake = .entryNoticeDeferred(count: count)
+        return true
     }
 
     /// A transition that cannot happen in this phase: a bug in the shell or
@@ -139,7 +167,11 @@ extension OperationProgress {
         precondition(issued >= 0 && nextSlotID >= slots.count, "issued \(issued), slot ids \(nextSlotID), open \(slots.count)")
         precondition(queuedBytes >= 0 && handledBytes >= 0, "queued \(queuedBytes), handled \(handledBytes)")
         precondition(runnerActive || deliveries.isEmpty, "deliveries queued with no runner")
-        precondition(handshake != .entryNoticeDeferred || ioDone, "the entry's notice deferred before the I/O is over")
+        switch handshake {
+        case .settled: break
+        case .enqueuePending(let count): precondition(count > 0, "\(count) runners pending")
+        case .entryNoticeDeferred(let count): precondition(count > 0 && ioDone, "notice deferred, \(count) runners pending")
+        }
         switch phase {
         case .pending:
             precondition(slots.isEmpty && inFlight == 0 && issued == 0 && transferred == 0, "a pending operation did I/O")

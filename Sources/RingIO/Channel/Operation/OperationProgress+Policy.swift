@@ -21,10 +21,13 @@ extension OperationProgress {
     /// log of 4 KiB records queued with handlers went from 0.18× to the rate
     /// of the same log opened `.truncate` (Benchmarks/results/natural-path.md).
     /// - Parameter context: what the entry says of the file (`channelBase`
-    ///   is not used).
-    func isPipelinableWrite(_ context: StartContext) -> Bool {
-        guard isStream && direction == .write && settings.interval == nil && length <= settings.requestSize
-                && context.positionalFile else { return false }
+    ///   is not used); asked only for a stream write.
+    func isPipelinableWrite(_ context: @autoclosure () -> StartContext) -> Bool {
+        guard isStream && direction == .write && settings.interval == nil && length <= settings.requestSize else {
+            return false
+        }
+        let context = context()
+        guard context.positionalFile else { return false }
         guard let alignment = context.directAlignment else { return true }
         // Direct I/O: whole blocks only (the entry checks the position), and
         // never appending (the end of the file need not be aligned).
