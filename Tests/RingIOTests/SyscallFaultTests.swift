@@ -57,6 +57,31 @@ struct SyscallFaultTests {
         #expect(CopyFileTests.leftovers(dir.path, keeping: ["src", "dst"]) == [])
     }
 
+    @Test("ENOSPC in the middle: copy_file_range fails on the third 1 MiB chunk; IO.copyFileRange throws a write error on the destination side, the first 2 MiB copied")
+    func noSpaceMidCopy() async throws {
+        let dir = TemporaryDirectory()
+        let bytes = randomBytes(5 << 20, seed: 55)
+        try writeFile(dir.file("src"), bytes)
+        try writeFile(dir.file("dst"), [])
+        let input = try openFile(dir.file("src"), .readOnly)
+        let output = try openFile(dir.file("dst"))
+        defer { try? input.close(); try? output.close() }
+        let enospc = Syscall.Mock.inject(.copyFileRange, errno: .noSpace, times: 1, after: 2,
+                                         scope: .files(under: FilePath(dir.path)))
+        defer { enospc.remove() }
+        let moved = Locked(0)
+        let error = await #expect(throws: IOError.self) {
+            try await IO.copyFileRange([0..<Int64(bytes.count)], from: input, to: output, chunk: 1 << 20) { n in
+                moved.withLock { $0 += n }
+            }
+        }
+        #expect(error?.operation == .write && error?.side == .destination && error?.errno == .noSpace,
+                "\(String(describing: error))")
+        #expect(enospc.fired == 1)
+        #expect(moved.withLock { $0 } == 2 << 20)
+        #expect(try Array(readFile(dir.file("dst")).prefix(2 << 20)) == Array(bytes.prefix(2 << 20)))
+    }
+
     @Test("ENOSPC on the small-file path's write: IO.copyFile fails with it, the old destination stays, no temporary is left",
           arguments: allBackends)
     func noSpaceInTheSmallCopy(backend: IOEngine.Backend) async throws {

@@ -49,13 +49,13 @@ extension Syscall {
             /// The error it fails with.
             package let errno: Errno
             fileprivate let scope: ResolvedScope
-            private let counts: Mutex<(remaining: Int, fired: Int)>
+            private let counts: Mutex<(skip: Int, remaining: Int, fired: Int)>
 
-            fileprivate init(call: Call, errno: Errno, times: Int, scope: ResolvedScope) {
+            fileprivate init(call: Call, errno: Errno, times: Int, after skip: Int, scope: ResolvedScope) {
                 self.call = call
                 self.errno = errno
                 self.scope = scope
-                counts = Mutex((times, 0))
+                counts = Mutex((skip, times, 0))
             }
 
             /// How many calls it has failed so far.
@@ -70,10 +70,15 @@ extension Syscall {
                 Mock.drop(self)
             }
 
-            /// Takes one firing; false when none is left.
+            /// Takes one firing; false while calls are let through first, or
+            /// when none is left.
             fileprivate func take() -> Bool {
                 counts.withLock {
                     guard $0.remaining > 0 else { return false }
+                    if $0.skip > 0 {
+                        $0.skip -= 1
+                        return false
+                    }
                     $0.remaining -= 1
                     $0.fired += 1
                     return true
@@ -92,17 +97,20 @@ extension Syscall {
         private static let pending = Atomic<Int>(0)
 
         /// Makes `call` fail with `errno` the next `times` times it is
-        /// made within `scope`.
+        /// made within `scope`, after letting `after` such calls through
+        /// (a failure in the middle of a copy).
         ///
         /// - Parameters:
         ///   - call: The call (`.copyFileRange`, `.pread`, ...).
         ///   - errno: What it fails with (`.interrupted` is retried by
         ///     `retryingInterrupts`, as a real one is).
         ///   - times: How many calls fail; then the real call runs again.
+        ///   - after: How many matching calls run for real first.
         ///   - scope: Which calls count (see `Scope`).
         /// - Returns: The injection: read `fired`, call `remove()` when done.
         @discardableResult
-        package static func inject(_ call: Call, errno: Errno, times: Int = 1, scope: Scope) -> Injection {
+        package static func inject(_ call: Call, errno: Errno, times: Int = 1, after: Int = 0,
+                                   scope: Scope) -> Injection {
             let resolved: ResolvedScope
             switch scope {
             case .callingThread:
@@ -110,7 +118,7 @@ extension Syscall {
             case .files(let directory):
                 resolved = .directory(canonical(directory.string))
             }
-            let injection = Injection(call: call, errno: errno, times: times, scope: resolved)
+            let injection = Injection(call: call, errno: errno, times: times, after: after, scope: resolved)
             injections.withLock {
                 $0.append(injection)
                 pending.store($0.count, ordering: .relaxed)
