@@ -196,20 +196,23 @@ struct OperationProgressPhaseTests {
                 "more than one request: not coalesced")
     }
 
-    @Test("isPipelinableWrite: stream writes on regular files only, not O_APPEND, no interval, whole blocks in direct mode")
+    @Test("isPipelinableWrite: stream writes on regular files only (O_APPEND too, but not in direct mode), no interval, whole blocks in direct mode")
     func pipelinable() {
         let file = Progress.StartContext()
         #expect(progress(.write, stream: true).isPipelinableWrite(file))
         #expect(!progress(.read, stream: true).isPipelinableWrite(file))
         #expect(!progress(.write, stream: false).isPipelinableWrite(file), "a random write")
         #expect(!progress(.write, stream: true).isPipelinableWrite(.init(positionalFile: false)), "a pipe")
-        #expect(!progress(.write, stream: true).isPipelinableWrite(.init(appendMode: true)))
+        #expect(progress(.write, stream: true).isPipelinableWrite(.init(appendMode: true)), "an O_APPEND log")
         var timed = ChannelSettings()
         timed.interval = .milliseconds(5)
         #expect(!progress(.write, stream: true, settings: timed).isPipelinableWrite(file))
         let direct = DirectAlignment(memory: 512, offset: 4096)
         #expect(progress(.write, stream: true, length: 4096).isPipelinableWrite(.init(directAlignment: direct)))
         #expect(!progress(.write, stream: true, length: 100).isPipelinableWrite(.init(directAlignment: direct)))
+        #expect(!progress(.write, stream: true, length: 4096).isPipelinableWrite(.init(appendMode: true,
+                                                                                      directAlignment: direct)),
+                "appending in direct mode: the end of the file need not be aligned")
     }
 
     @Test("needsExclusiveRun: a direct write that may read-modify-write a block")

@@ -33,6 +33,11 @@ if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "direct" {
     DirectBench.main(Array(CommandLine.arguments.dropFirst(2)))
 }
 
+// `throughput natural ...`: the first code a user writes, beside its peers (NaturalCases.swift).
+if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "natural" {
+    NaturalBench.main(Array(CommandLine.arguments.dropFirst(2)))
+}
+
 // MARK: - child process: one copy, timed and measured from the inside
 
 if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "child" {

@@ -111,6 +111,9 @@ package final class ReadBuffer: RegionStorage, @unchecked Sendable {
     private let charge: Atomic<Int>
     /// The bytes are a `SmallBlocks` block.
     private let small: Bool
+    /// The read these bytes were read for, while its chunks wait in write
+    /// queues (`ReadAheadHold`); `nil` for reads that need none.
+    package let hold: ReadAheadHold?
 
     /// Whether a buffer for `capacity` bytes comes from `pool` (see `init`).
     package static func usesPool(capacity: Int, pool: BufferPool?, alignment: Int) -> Bool {
@@ -131,7 +134,9 @@ package final class ReadBuffer: RegionStorage, @unchecked Sendable {
     /// into an exactly sized allocation (`alignment`: for direct I/O; the
     /// pool's buffers are page-aligned). `charge`: bytes taken from `budget`
     /// for it.
-    package init(capacity: Int, pool: BufferPool?, alignment: Int = 0, budget: ReadBudget? = nil, charge: Int = 0) {
+    package init(capacity: Int, pool: BufferPool?, alignment: Int = 0, budget: ReadBudget? = nil, charge: Int = 0,
+                 hold: ReadAheadHold? = nil) {
+        self.hold = hold
         self.budget = budget
         self.charge = Atomic(budget == nil ? 0 : charge)
         var taken: (UnsafeMutableRawPointer, Int32)?

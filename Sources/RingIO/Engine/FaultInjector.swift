@@ -17,7 +17,7 @@ import Musl
 /// transferred, as the real error would mean), or the same read or write cut
 /// to its first byte. The original's completion gets the result and its owner
 /// lives until then; `IOEngine.cancel` on the original cancels the stand-in.
-final class FaultInjector: Sendable {
+package final class FaultInjector: Sendable {
     /// Which requests a rule applies to.
     enum Target: Sendable, Equatable {
         case reads, writes
@@ -65,6 +65,10 @@ final class FaultInjector: Sendable {
     func removeAll() {
         state.withLock { $0.rules.removeAll() }
     }
+
+    /// Whether any rule is set (requests that bypass the engine, such as
+    /// inline reads, then go through it).
+    package var hasRules: Bool { state.withLock { !$0.rules.isEmpty } }
 
     /// How many requests were faulted so far.
     var injected: Int { state.withLock { $0.injectedCount } }

@@ -128,7 +128,7 @@ public final class IOEngine: Sendable {
     package let readBudget: ReadBudget
     #if DEBUG
     /// Debug builds: faults tests inject into this engine's requests.
-    let faults = FaultInjector()
+    package let faults = FaultInjector()
     #endif
 
     private static let _shared: IOEngine = {

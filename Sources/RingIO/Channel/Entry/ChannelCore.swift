@@ -193,7 +193,7 @@ package final class ChannelCore: @unchecked Sendable {
             insertActiveLocked(operation)
             let ready = operation.enqueue(on: entry, base: base)
             lock.unlock()
-            entry.start(ready)
+            entry.start(ready, submitting: operation)
         case .deferred(let openNow):
             insertActiveLocked(operation)
             lock.unlock()
@@ -337,13 +337,13 @@ package final class ChannelCore: @unchecked Sendable {
                 case .failure(let error):
                     Syscall.closeIgnoringErrors(fd)
                     pathFailed(error)
-                case .success(let (fileKind, _)):
+                case .success(let (fileKind, identity)):
                     // The file may have changed since the check.
                     if let error = fileKind.unusable(for: kind) {
                         Syscall.closeIgnoringErrors(fd)
                         return pathFailed(error)
                     }
-                    pathOpened(FDEntry.owning(fd: fd, kind: fileKind))
+                    pathOpened(FDEntry.owning(fd: fd, kind: fileKind, identity: identity))
                 }
             }
         }

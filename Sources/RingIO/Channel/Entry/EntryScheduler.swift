@@ -58,6 +58,15 @@ protocol EntrySchedulerHost<Operation> {
     /// `pwritev` with others now (in direct-I/O mode: its regions are
     /// aligned in memory and in length).
     func mayCoalesce(_ operation: Operation) -> Bool
+    /// The fd has `O_APPEND`: every write lands at the end of the file,
+    /// whatever its offset, so at most one run is in flight at a time (two
+    /// at once could land in either order), and `filePosition` answers
+    /// where the next write lands: the end of the file.
+    var appendMode: Bool { get }
+}
+
+extension EntrySchedulerHost {
+    var appendMode: Bool { false }
 }
 
 /// The scheduling rules of the channels of one fd, as a value: which
@@ -153,6 +162,9 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     private(set) var exclusiveRunning = false
     private(set) var channels = 0
     private(set) var handlersOutstanding = 0
+    /// Stream reads queued or running (a write of lane 0 queued now waits
+    /// for them).
+    private var streamReads = 0
     private(set) var finished = false
     private var cleanups: [Cleanup] = []
     /// Where lane 0's stream writes admitted so far will leave the file
@@ -199,6 +211,7 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
                                            pipelinable: pipelinable, length: length, regions: regions)
         handlersOutstanding += 1
         queued += 1
+        if stream && !isWrite { streamReads += 1 }
         incoming.append(.operation(operation))
         return pump(host)
     }
@@ -216,6 +229,7 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
         guard operation.ticket.state == .queued else { return false }
         operation.ticket.state = .withdrawn
         queued -= 1
+        if operation.ticket.isStream && !operation.ticket.isWrite { streamReads -= 1 }
         return true
     }
 
@@ -284,7 +298,14 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
         if operation.ticket.isStream {
             if operation.ticket.lane == 0 { occupants.0 -= 1 } else { occupants.1 -= 1 }
             if occupants.0 == 0 && lane0.isEmpty { laneEnd = nil }
+            if !operation.ticket.isWrite { streamReads -= 1 }
         }
+    }
+
+    /// Whether a stream write queued now on `lane` would wait for a stream
+    /// read queued or running before it (reads go in lane 0).
+    func streamReadAhead(lane: Int) -> Bool {
+        lane == 0 && streamReads > 0
     }
 
     /// A barrier returned.
@@ -449,7 +470,8 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     /// short, there is room for one more, and the run it would head is full
     /// or closed (by an operation that cannot join it, or a barrier).
     private func mayFollowRuns(_ operation: Operation, _ host: some EntrySchedulerHost<Operation>) -> Bool {
-        guard !runs.isEmpty, !runBroken, runs.count < Self.maxRunsInFlight, occupants.0 == runMembers,
+        guard !runs.isEmpty, !runBroken, runs.count < (host.appendMode ? 1 : Self.maxRunsInFlight),
+              occupants.0 == runMembers,
               operation.ticket.pipelinable, host.mayCoalesce(operation) else { return false }
         if lane0Bytes >= Self.maxCoalescedBytes || lane0Regions >= Self.maxCoalescedRegions || lane0Blockers > 0 {
             return true

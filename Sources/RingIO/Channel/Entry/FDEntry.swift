@@ -95,7 +95,7 @@ final class FDEntry: @unchecked Sendable {
     let key: Key?
     /// The entry opened the fd (a path channel) and closes it before cleanup.
     let ownsDescriptor: Bool
-    /// The fd has `O_APPEND`: writes go one at a time at the file position.
+    /// The fd has `O_APPEND`: every write lands at the end of the file.
     let appendMode: Bool
     /// The fd was opened write-only: a direct write cannot read a block back
     /// for a read-modify-write.
@@ -110,6 +110,15 @@ final class FDEntry: @unchecked Sendable {
     /// direct-I/O mode, and then every scheduler step skips that lock.
     private let directFlag: Atomic<Bool>
 
+    /// The file's device (`st_dev`), when known.
+    let device: UInt64?
+    /// `NoWaitReads` of the device, as this entry knows it (see FDEntry+NoWait.swift).
+    let noWait: Atomic<UInt8>
+    /// Reads done inline, and inline tries that went to the engine after
+    /// all (for tests and benchmarks).
+    let inlineReads = Atomic<Int>(0)
+    let inlineFallbacks = Atomic<Int>(0)
+
     private let lock = PlainLock()
     // `@exclusivity(unchecked)`: read and written only under `lock`; the
     // runtime's dynamic exclusivity checks can find nothing.
@@ -123,9 +132,16 @@ final class FDEntry: @unchecked Sendable {
     private struct Host: EntrySchedulerHost {
         let fd: Int32
         let alignment: DirectAlignment?
+        let appendMode: Bool
         var directMode: Bool { alignment != nil }
         func filePosition() -> Int64? {
-            try? Syscall.lseek(fd, 0, SEEK_CUR)
+            if appendMode {
+                // Where an O_APPEND write lands, and where it leaves the
+                // position (a writer on another fd may still append first:
+                // the bytes stay whole, the position may then fall short).
+                return (try? Syscall.fstat(fd)).map { Int64($0.size) }
+            }
+            return try? Syscall.lseek(fd, 0, SEEK_CUR)
         }
         func needsExclusiveRun(_ operation: ChannelOperation, streamPosition: Int64?) -> Bool {
             guard let alignment else { return false }
@@ -137,13 +153,16 @@ final class FDEntry: @unchecked Sendable {
         }
     }
 
-    private var host: Host { Host(fd: fd, alignment: directAlignment) }
+    private var host: Host { Host(fd: fd, alignment: directAlignment, appendMode: appendMode) }
 
-    private init(fd: Int32, kind: FileKind, key: Key?, ownsDescriptor: Bool) {
+    private init(fd: Int32, kind: FileKind, key: Key?, ownsDescriptor: Bool, device: UInt64?) {
         self.fd = fd
         self.kind = kind
         self.key = key
         self.ownsDescriptor = ownsDescriptor
+        self.device = device
+        self.noWait = Atomic(kind == .regular && device != nil
+                                 ? NoWaitReads.of(device: device!).rawValue : NoWaitReads.unsupported.rawValue)
         let flags = (try? Syscall.fcntl(fd, F_GETFL)) ?? -1
         self.appendMode = flags >= 0 && (flags & O_APPEND) != 0
         self.writeOnly = flags >= 0 && (flags & O_ACCMODE) == O_WRONLY
@@ -178,15 +197,15 @@ final class FDEntry: @unchecked Sendable {
         let key = Key(fd: fd, identity: identity)
         return registry.withLock { entries in
             if let entry = entries[key], entry.attachChannel() { return entry }
-            let entry = FDEntry(fd: fd, kind: kind, key: key, ownsDescriptor: false)
+            let entry = FDEntry(fd: fd, kind: kind, key: key, ownsDescriptor: false, device: identity.device)
             entries[key] = entry
             return entry
         }
     }
 
     /// A new entry for an fd a path channel opened; it closes the fd at the end.
-    static func owning(fd: Int32, kind: FileKind) -> FDEntry {
-        FDEntry(fd: fd, kind: kind, key: nil, ownsDescriptor: true)
+    static func owning(fd: Int32, kind: FileKind, identity: FileIdentity? = nil) -> FDEntry {
+        FDEntry(fd: fd, kind: kind, key: nil, ownsDescriptor: true, device: identity?.device)
     }
 
     /// One more channel shares this entry; false if it has already finished.
@@ -206,8 +225,15 @@ final class FDEntry: @unchecked Sendable {
     /// `start(_:)` with them once no lock is held.
     func enqueue(_ operation: ChannelOperation) -> Ready {
         let pipelinable = operation.isPipelinableWrite
+        let holds = operation.direction == .write ? operation.readAheadHolds() : []
         return lock.withLock {
-            scheduler.enqueue(operation, stream: operation.isStream, lane: operation.lane,
+            // A read queued ahead of this write on this fd would wait for
+            // it if its chunks held back the read they came from (a read
+            // handler writing to the file it reads): those never count.
+            if !holds.isEmpty && !scheduler.streamReadAhead(lane: operation.lane) {
+                operation.takeReadAheadHolds(holds)
+            }
+            return scheduler.enqueue(operation, stream: operation.isStream, lane: operation.lane,
                               isWrite: operation.direction == .write, pipelinable: pipelinable,
                               length: operation.length, regions: operation.data.regionCount, host: host)
         }
@@ -219,11 +245,13 @@ final class FDEntry: @unchecked Sendable {
     }
 
     /// Starts what `enqueue`, `enqueueBarrier` or a completion released.
-    func start(_ ready: Ready) {
+    /// `submitting`: the operation whose submission (on this thread, now)
+    /// released them; it may try its read inline (`ChannelOperation.start`).
+    func start(_ ready: Ready, submitting: ChannelOperation? = nil) {
         for item in ready {
             switch item {
             case .operation(let operation):
-                operation.start()
+                operation.start(inlineFirst: operation === submitting)
             case .writes(let operations, let offset):
                 CoalescedWrite(entry: self, operations: operations, offset: offset).start()
             case .barrier(let barrier):

@@ -145,6 +145,7 @@ extension ChannelOperation {
             lock.unlock()
             submit(requests)
             if delivery.done {
+                endReadAheadHolds()
                 channel?.operationEnded(self)
                 // Only an operation that reached an entry is counted there.
                 entry?.operationHandlersReturned()

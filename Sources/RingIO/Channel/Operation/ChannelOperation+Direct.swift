@@ -26,7 +26,7 @@ extension ChannelOperation {
                                                                  alignment: alignment)
             guard footprint == 0 || takeBudgetLocked(footprint) else { return nil }
             let buffer = ReadBuffer(capacity: slot.size, pool: BufferPool.shared, alignment: alignment,
-                                    budget: engine.readBudget, charge: footprint)
+                                    budget: engine.readBudget, charge: footprint, hold: readAheadHold)
             return SlotIO(id: slot.id, buffer: buffer, piece: .empty)
         case .write(let piece):
             return SlotIO(id: slot.id, buffer: nil, piece: data.subrange(piece))

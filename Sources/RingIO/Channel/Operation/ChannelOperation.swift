@@ -152,6 +152,12 @@ package final class ChannelOperation: SchedulableOperation, IORequestTarget, @un
     /// The entry's scheduling state of this operation: read and written only
     /// under the entry's lock (`EntryScheduler`).
     @exclusivity(unchecked) var ticket = SchedulerTicket()
+    /// A handler read's hold (`ReadAheadHold`): set by `start`, before the
+    /// first buffer is made, and then only read.
+    @exclusivity(unchecked) var readAheadHold: ReadAheadHold?
+    /// A write's bytes held for reads: set by the entry under its lock when
+    /// queued, given back by the last handler call.
+    @exclusivity(unchecked) var heldFrom: [(ReadAheadHold, Int)] = []
 
     /// The kernel side of one slot: its buffer or bytes, and its request. A
     /// value inside the progress's slot (the first slot inline): no object
@@ -212,6 +218,7 @@ package final class ChannelOperation: SchedulableOperation, IORequestTarget, @un
             (try? Syscall.fstat(fd))?.size
         }
         func makeSlot(_ slot: NewSlot) -> SlotIO? { operation.makeSlotLocked(slot) }
+        func heldInWrites() -> Int { operation.readAheadHold?.bytes ?? 0 }
     }
 
     var host: Host { Host(operation: self, fd: entry?.fd ?? -1) }
@@ -267,18 +274,30 @@ package final class ChannelOperation: SchedulableOperation, IORequestTarget, @un
         run(runner)
     }
 
-    /// The entry says it is this operation's turn.
-    func start() {
+    /// The entry says it is this operation's turn. `inlineFirst`: it is so
+    /// inside the call that submitted it, with nothing ahead of it on the
+    /// fd: a read may try its one request on this thread first
+    /// (`tryInline`, ChannelOperation+Inline.swift).
+    func start(inlineFirst: Bool = false) {
         guard let entry else { return }
         let context = Progress.StartContext(positionalFile: entry.kind.isPositional, appendMode: entry.appendMode,
                                             writeOnly: entry.writeOnly, directAlignment: entry.directAlignment,
                                             channelBase: channelBase)
+        if needsReadAheadHold { readAheadHold = ReadAheadHold(reader: self) }
         lock.lock()
         let actions = state.start(context, host: host)
         let requests = requestsLocked(actions)
         lock.unlock()
         if let interval = actions.interval {
             IntervalTimers.shared.schedule(every: interval) { [weak self] in self?.tick() ?? false }
+        }
+        if inlineFirst, direction == .read, let request = requests.one, let res = tryInline(request) {
+            // Done here: the completion as the engine would have given it
+            // (a short read asks for the rest, which goes to the engine).
+            run(actions.runner)
+            request.complete(res)
+            if actions.finish { finishIO() }
+            return
         }
         carryOut(actions, requests)
     }

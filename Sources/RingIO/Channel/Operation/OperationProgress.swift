@@ -23,6 +23,13 @@ protocol OperationProgressHost<Payload> {
     /// `nil` when a read must wait for read-budget bytes (the host then
     /// waits for them, and calls `issue` again once they are granted).
     func makeSlot(_ slot: NewSlot) -> Payload?
+    /// Bytes this read handed out that wait in write queues
+    /// (`ReadAheadHold`): they count against `bufferLimit` too.
+    func heldInWrites() -> Int
+}
+
+extension OperationProgressHost {
+    func heldInWrites() -> Int { 0 }
 }
 
 /// Whether an operation reads or writes.
@@ -382,7 +389,9 @@ struct OperationProgress<Payload: ProgressPayload> {
             let fill: NewSlot.Fill
             switch direction {
             case .read:
-                if queuedBytes + slots.count * requestSize >= options.bufferLimit { return first..<nextSlotID }
+                if queuedBytes + slots.count * requestSize + host.heldInWrites() >= options.bufferLimit {
+                    return first..<nextSlotID
+                }
                 fill = .read
             case .write:
                 fill = direct == nil ? .write(piece: issued..<(issued + size)) : directFill(start: issued, size: size)

@@ -1,0 +1,43 @@
+import Synchronization
+import RingIOBase
+
+/// Whether a file system answers `preadv2(..., RWF_NOWAIT)` from the page
+/// cache: known per device (`st_dev`) once its first inline read tried.
+///
+/// On this kernel (6.18) ext4 reads do; tmpfs fails every one with
+/// `EOPNOTSUPP`, and so would every read of it, at the cost of a system call
+/// each, if it were asked again: it is asked once per device.
+enum NoWaitReads: UInt8 {
+    case unknown = 0, supported = 1, unsupported = 2
+
+    private static let devices = Locked<[UInt64: NoWaitReads]>([:])
+
+    /// What is known of `device` so far.
+    static func of(device: UInt64) -> NoWaitReads {
+        devices.withLock { $0[device] ?? .unknown }
+    }
+
+    /// The first inline read on `device` said.
+    static func learn(_ answer: NoWaitReads, device: UInt64) {
+        devices.withLock { $0[device] = answer }
+    }
+}
+
+extension FDEntry {
+    /// Whether a read of this fd may try `preadv2(RWF_NOWAIT)` on the calling
+    /// thread first: a regular file, not in direct-I/O mode, on a file
+    /// system not known to refuse it.
+    var mayReadInline: Bool {
+        kind == .regular && noWait.load(ordering: .relaxed) != NoWaitReads.unsupported.rawValue
+            && directAlignment == nil
+    }
+
+    /// What an inline read learned of the file system: `EOPNOTSUPP`, or any
+    /// other answer (the first tells every entry of the device made later).
+    func learnNoWait(supported: Bool) {
+        let answer: NoWaitReads = supported ? .supported : .unsupported
+        if noWait.exchange(answer.rawValue, ordering: .relaxed) != answer.rawValue, let device {
+            NoWaitReads.learn(answer, device: device)
+        }
+    }
+}
