@@ -25,19 +25,34 @@ import SystemPackage
 /// The conventions, for every file `Syscall+<Area>.swift`:
 ///
 /// - a function is `package static`, named after its C function
-///   (`copyFileRange` for `copy_file_range`), takes swift-system types
-///   where they fit (`FileDescriptor`, `FilePath`, `FilePermissions`), and
-///   `throws(Errno)`; it returns what the C function returns on success
-///   (a count, a descriptor, a `Stat`), `Void` for a bare `0`;
-/// - its doc comment ends with "The corresponding C function is `x`.";
+///   (`copyFileRange` for `copy_file_range`; a plainer name where the C one
+///   says little, `fileSystemType` for `fstatfs`), and `throws(Errno)`;
+/// - descriptors are `CInt`, as the library keeps them (io_uring's requests
+///   and its registered table take them so); paths are `FilePath` (or a C
+///   string plus a directory descriptor, for the engine's requests);
+///   permissions `FilePermissions`; a status swift-system's `Stat`;
+/// - it returns what the C function returns on success (a count, a
+///   descriptor, a `Stat`), nothing for a bare `0`;
+/// - its doc comment says "The corresponding C function is `x`." after the
+///   discussion, before `- Parameters:`;
 /// - its body is one `retryingInterrupts(.name, target) { ... }` around
 ///   either swift-system's call inside `swiftSystem(_:)` (with
 ///   `retryOnInterrupt: false`: the retry is here), or the C function
-///   inside `valueOrErrno(_:)`;
-/// - its `Call` is a `static let` in the same file (`extension Syscall.Call`).
+///   inside `valueOrErrno(_:)`; `target` names its descriptors or paths,
+///   for a mock scoped to a directory;
+/// - its `Call` is a `static let` in the same file (`extension Syscall.Call`),
+///   named as the function, its string the C function's name.
 ///
 /// ```swift
-/// let copied = try Syscall.copyFileRange(from: input, to: output, count: 1 << 20)
+/// let copied = try Syscall.copyFileRange(from: input, at: 0, to: output, at: 0, length: 1 << 20)
+/// ```
+///
+/// A test makes one call fail (debug builds only; see `Syscall.Mock`):
+///
+/// ```swift
+/// let exdev = Syscall.Mock.inject(.copyFileRange, errno: .improperLink, times: 1,
+///                                 scope: .files(under: directory))
+/// defer { exdev.remove() }
 /// ```
 ///
 /// Code outside `Base/Syscall*.swift` makes no system call itself
