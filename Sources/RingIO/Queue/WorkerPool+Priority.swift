@@ -1,0 +1,53 @@
+import RingIOBase
+
+/// The worker pool's waiting jobs, one FIFO per priority level.
+///
+/// A free worker starts the oldest job of the highest level that has one,
+/// except every `agingPeriod`-th start, which goes to a lower level that has
+/// work (round robin over them): so `.background` work keeps at least 1/8 of
+/// the starts while higher levels flood the pool, and a ready item starts
+/// within a second as long as the flood's jobs are shorter than about
+/// 1 s / 8 × the number of workers (a CPU-bound flood of 1 ms jobs on two
+/// workers: a background job waits about 4 ms). With one level in use (every
+/// queue `.default`, the common case) a pop is one FIFO's pop after a scan
+/// of five counts.
+struct PriorityJobs {
+    /// One start in `agingPeriod` goes to a lower level with work.
+    static let agingPeriod = 8
+    private var levels: [RingBuffer<PoolJob>] =
+        (0..<IOQueue.Priority.allCases.count).map { _ in RingBuffer<PoolJob>(initialCapacity: 64) }
+    /// Jobs waiting, all levels.
+    private(set) var count = 0
+    private var starts = 0
+    /// The next lower level the aging start looks at first.
+    private var agingCursor = 0
+
+    var isEmpty: Bool { count == 0 }
+
+    @inline(__always)
+    mutating func append(_ job: PoolJob) {
+        levels[job.level].append(job)
+        count += 1
+    }
+
+    @inline(__always)
+    mutating func popFirst() -> PoolJob? {
+        guard count > 0 else { return nil }
+        var high = levels.count - 1
+        while levels[high].isEmpty { high -= 1 }
+        var level = high
+        starts &+= 1
+        if high > 0 && starts % Self.agingPeriod == 0 {
+            for k in 0..<high {
+                let candidate = (agingCursor + k) % high
+                if !levels[candidate].isEmpty {
+                    level = candidate
+                    agingCursor = candidate + 1
+                    break
+                }
+            }
+        }
+        count -= 1
+        return levels[level].popFirst()
+    }
+}
