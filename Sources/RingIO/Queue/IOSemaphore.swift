@@ -44,6 +44,9 @@ public final class IOSemaphore: Sendable {
         self.value = value
     }
 
+    /// Threads and tasks waiting now (for tests and diagnostics).
+    package var waiterCount: Int { lock.withLock { waiters.count } }
+
     /// Adds one: wakes the oldest waiter, or raises the value.
     ///
     /// - Returns: `true` when it woke a waiter.
