@@ -68,8 +68,12 @@ public final class IOSemaphore: Sendable {
             continuation.resume()
             return true
         }
-        if sleepers > 1 { lock.broadcast() } else { lock.signal() }
+        let several = sleepers > 1
         lock.unlock()
+        // After the unlock: the woken thread does not wake only to wait for
+        // the mutex this thread still holds. (A spurious or late wake-up is
+        // harmless: each waiter checks its own `granted` under the lock.)
+        if several { lock.broadcast() } else { lock.signal() }
         return true
     }
 
