@@ -27,6 +27,26 @@ struct TimerServiceTests {
         for (i, at) in log { #expect(at >= start + .milliseconds(i)) }
     }
 
+    @Test("timers of one deadline fire in arming order, slots reused or not")
+    func equalDeadlinesInArmingOrder() {
+        let service = FallbackTimerService()
+        let clock = ContinuousClock()
+        // Free a few slots first, so later timers reuse them.
+        let early = (0..<8).map { _ in service.arm(deadline: clock.now + .seconds(60), leeway: .zero) {} }
+        for token in early.reversed() { service.cancel(token) }
+        let deadline = clock.now + .milliseconds(20)
+        let order = Locked<[Int]>([])
+        let done = Latch(count: 32)
+        for i in 0..<32 {
+            _ = service.arm(deadline: deadline, leeway: .zero) {
+                order.withLock { $0.append(i) }
+                done.signal()
+            }
+        }
+        #expect(done.wait())
+        #expect(order.withLock { $0 } == Array(0..<32))
+    }
+
     @Test("a cancelled timer never fires; cancel says whether it stopped it")
     func cancel() {
         let service = FallbackTimerService()

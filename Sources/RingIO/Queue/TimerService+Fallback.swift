@@ -34,8 +34,8 @@ package enum TimerServices {
 /// amortized: the token names the slot of the timer's closure, so a cancel
 /// frees the slot at once and its heap entry is dropped when it comes up,
 /// or when cancelled entries are more than half the heap (the heap is then
-/// rebuilt without them, O(n) for n/2 cancels). The heap holds plain 16-byte
-/// entries (deadline, token): sifting retains nothing. So 100,000 pending
+/// rebuilt without them, O(n) for n/2 cancels). The heap holds plain 24-byte
+/// entries (deadline, arming order, token): sifting retains nothing. So 100,000 pending
 /// timers cost what ten do per call, and no thread each. (Entries holding
 /// the closure, with a token-to-slot dictionary updated on every sift, cost
 /// 2x the CPU of Dispatch's `asyncAfter` for 100,000 one-shots.) A timer never fires before
@@ -45,20 +45,19 @@ package enum TimerServices {
 package final class FallbackTimerService: TimerService, @unchecked Sendable {
     // @unchecked: every stored `var` is read and written only with `lock`
     // held.
-    /// A heap entry: plain data (16 bytes, no reference to retain or
+    /// A heap entry: plain data (24 bytes, no reference to retain or
     /// release while the heap sifts). `id` is the token: the slot of the
     /// timer's closure in its low 32 bits, the slot's generation above.
     private struct Entry {
         /// Nanoseconds from `epoch`.
         let when: Int64
+        /// Arming order: equal deadlines fire in it.
+        let sequence: UInt64
         let id: UInt64
 
-        /// Deadline order; equal deadlines fire in arming order (ids grow
-        /// within a slot's reuse only, so ties are broken by slot: any
-        /// order is correct for one deadline).
         @inline(__always)
         func precedes(_ other: Entry) -> Bool {
-            when < other.when || (when == other.when && id < other.id)
+            when < other.when || (when == other.when && sequence < other.sequence)
         }
     }
 
@@ -72,6 +71,7 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
     private var generations: [UInt32] = []
     private var freeSlots: [Int] = []
     private var liveCount = 0
+    private var armed: UInt64 = 0
     /// Heap entries whose timer was cancelled.
     private var cancelledInHeap = 0
     private var threadStarted = false
@@ -106,7 +106,8 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
             }
             liveCount += 1
             let id = UInt64(generations[slot]) << 32 | UInt64(slot)
-            heap.append(Entry(when: when, id: id))
+            armed &+= 1
+            heap.append(Entry(when: when, sequence: armed, id: id))
             siftUp(heap.count - 1)
             if !threadStarted {
                 threadStarted = true
