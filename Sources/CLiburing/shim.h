@@ -111,6 +111,8 @@ static inline void cliburing_sqe_use_fixed_file(struct io_uring_sqe *sqe) { sqe-
 
 /// Names the calling thread (what ps, top and gdb show); at most 15 bytes are kept.
 static inline void cliburing_set_thread_name(const char *name) { prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0); }
+/// The calling thread's kernel thread ID (equal to the process ID on the main thread).
+static inline int cliburing_gettid(void) { return (int)syscall(SYS_gettid); }
 
 /// openat2 with RESOLVE_CACHED: fails with EAGAIN instead of walking a path
 /// that is not all in the dentry cache (Linux 5.12); -1 with ENOSYS where

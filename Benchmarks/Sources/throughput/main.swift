@@ -29,6 +29,10 @@ import Glibc
 import BenchSupport
 
 // `throughput direct ...`: cold-cache, range-read and registered-resource cases (DirectCases.swift).
+if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "queues" {
+    QueueBench.main(Array(CommandLine.arguments.dropFirst(2)))
+}
+
 if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "direct" {
     DirectBench.main(Array(CommandLine.arguments.dropFirst(2)))
 }

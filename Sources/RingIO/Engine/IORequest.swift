@@ -129,6 +129,15 @@ public final class IORequest: @unchecked Sendable {
     @exclusivity(unchecked) var forceAsync = false
     /// Thread-pool backend: the worker running the request, while it runs.
     @exclusivity(unchecked) var worker: AnyObject?
+    /// io_uring: the SQE's `ioprio` for a read or write (0: the default
+    /// class). Set before the request is submitted, read by the ring thread.
+    /// The thread pool ignores it.
+    @exclusivity(unchecked) package var ioPriority: UInt16 = 0
+
+    /// `IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0)`: the disk serves the request
+    /// only when no other class waits (class 3 in bits 13-15; any process may
+    /// use it, no capability needed).
+    package static let idleIOPriority: UInt16 = 3 << 13
 
     /// Registered resources the io_uring backend may use for this request;
     /// the thread pool ignores them (same result either way).

@@ -18,8 +18,11 @@ extension UringBackend {
             } else {
                 io_uring_prep_read(sqe, fd, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset))
             }
+            // A `.background` handler queue's read: the idle I/O class.
+            if request.ioPriority != 0 { sqe.pointee.ioprio = request.ioPriority }
         case .readv(let fd, let iovecs, let count, let offset):
             io_uring_prep_readv(sqe, fd, iovecs, UInt32(count), UInt64(bitPattern: offset))
+            if request.ioPriority != 0 { sqe.pointee.ioprio = request.ioPriority }
         case .write(let fd, let buffer, let offset):
             if let fixed = request.fixedBuffer, let index = tables.index(for: fixed) {
                 io_uring_prep_write_fixed(sqe, fd, buffer.baseAddress, UInt32(buffer.count),
@@ -27,8 +30,10 @@ extension UringBackend {
             } else {
                 io_uring_prep_write(sqe, fd, buffer.baseAddress, UInt32(buffer.count), UInt64(bitPattern: offset))
             }
+            if request.ioPriority != 0 { sqe.pointee.ioprio = request.ioPriority }
         case .writev(let fd, let iovecs, let count, let offset):
             io_uring_prep_writev(sqe, fd, iovecs, UInt32(count), UInt64(bitPattern: offset))
+            if request.ioPriority != 0 { sqe.pointee.ioprio = request.ioPriority }
         case .openat(let directory, let path, let flags, let mode):
             io_uring_prep_openat(sqe, directory, path, flags, mode_t(mode))
         case .statx(let directory, let path, let flags, let mask, let buffer):

@@ -116,6 +116,7 @@ extension IOQueue {
             }
             if schedule {
                 if let runner, runner.scheduleDrain(self) { return }
+                if routeTarget != nil { return submitDrain() }
                 jobs.append(.drain(self))
             }
         case .concurrent:
@@ -138,6 +139,7 @@ extension IOQueue {
                     s.items.append(item)
                 }
             }
+            if routeTarget != nil { return start.forEach(startConcurrent) }
             for item in start {
                 switch item {
                 case .work(let work, let barrier): jobs.append(.concurrent(self, work, barrier: barrier))

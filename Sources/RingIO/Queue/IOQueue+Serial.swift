@@ -37,7 +37,7 @@ extension IOQueue {
             s.syncWaiters -= 1
             return .grant(waiter, drain: false)
         }
-        if s.syncWaiters > 0, let waiter = s.items.firstMap({ item -> SyncWaiter? in
+        if s.drainersAllowed && s.syncWaiters > 0, let waiter = s.items.firstMap({ item -> SyncWaiter? in
             if case .sync(let w, _) = item { return w }
             return nil
         }) {
@@ -60,6 +60,10 @@ extension IOQueue {
     @inline(__always)
     func submitDrain() {
         if let runner, runner.scheduleDrain(self) { return }
+        if let routeTarget {
+            // One item of the target: the target's serial domain is ours.
+            return routeTarget.enqueue(.work({ self.drainSerial() }, barrier: false))
+        }
         WorkerPool.shared.submit(.drain(self))
     }
 
@@ -77,7 +81,7 @@ extension IOQueue {
             s.items.append(.sync(w, barrier: false))
             s.syncWaiters += 1
             waiter = w
-            if s.suspendCount == 0 && s.drainPending && s.syncWaiters == 1 {
+            if s.suspendCount == 0 && s.drainPending && s.syncWaiters == 1 && s.drainersAllowed {
                 // The owner is a drain job that no worker has started (perhaps
                 // none can: every one may be blocked). Take its place.
                 s.drainPending = false

@@ -67,6 +67,11 @@ public final class IOQueue: Sendable {
         var running = 0
         /// Concurrent: a barrier is running.
         var barrierActive = false
+        /// Serial: a `sync` caller may run the async items ahead of its own
+        /// (false for a queue with a target or the main queue).
+        var drainersAllowed = true
+        /// `setSpecific` values, by key (`IOQueue+Specific.swift`).
+        var specifics: [ObjectIdentifier: any Sendable] = [:]
     }
 
     let state = Locked(State())
@@ -82,30 +87,59 @@ public final class IOQueue: Sendable {
     /// of a task on the queue should cost one).
     package let jobsRun = Atomic<Int>(0)
 
+    /// The queue's priority as given at creation (see `priority` for the
+    /// effective one).
+    let ownPriority: Priority
+    /// The queue this one runs its items on (`nil`: the worker pool at its
+    /// priority). Fixed at creation, so a chain of targets has no cycle.
+    package let target: IOQueue?
+    /// The effective priority: the higher of its own and its target's.
+    public let priority: Priority
+    /// `priority.rawValue`: the worker pool's level for this queue's jobs.
+    let level: Int
+    /// The target its drains and items go through, when that is not a
+    /// global queue (a global target only sets the priority).
+    let routeTarget: IOQueue?
+    /// A global queue (`IOQueue.global(priority:)`): its items go straight
+    /// to the pool.
+    let isGlobalRoot: Bool
+
     /// Creates a queue.
     ///
     /// - Parameters:
     ///   - label: A name shown in debuggers and diagnostics.
     ///   - kind: `.serial` (the default) or `.concurrent`.
-    public init(label: String, kind: Kind = .serial) {
-        self.label = label
-        self.kind = kind
-        self.runner = nil
-        serialExecutor.bind(self)
+    public convenience init(label: String, kind: Kind = .serial) {
+        self.init(label: label, kind: kind, priority: .default, target: nil, runner: nil, globalRoot: false)
     }
 
     /// A serial queue whose items `runner` runs (on its own thread).
-    package init(label: String, runner: any QueueRunner) {
-        self.label = label
-        self.kind = .serial
-        self.runner = runner
-        serialExecutor.bind(self)
+    package convenience init(label: String, runner: any QueueRunner) {
+        self.init(label: label, kind: .serial, priority: .default, target: nil, runner: runner, globalRoot: false)
     }
 
-    private static let _global = IOQueue(label: "ringio.global", kind: .concurrent)
+    init(label: String, kind: Kind, priority: Priority, target: IOQueue?, runner: (any QueueRunner)?,
+         globalRoot: Bool) {
+        self.label = label
+        self.kind = kind
+        self.runner = runner
+        self.ownPriority = priority
+        self.target = target
+        let effective = Swift.max(priority, target?.priority ?? priority)
+        self.priority = effective
+        self.level = effective.rawValue
+        self.isGlobalRoot = globalRoot
+        self.routeTarget = (target?.isGlobalRoot ?? true) ? nil : target
+        serialExecutor.bind(self)
+        if routeTarget != nil || runner is MainQueueRunner {
+            // Its items must run under its target's (or the main thread's)
+            // ownership: no `sync` caller runs them on its own thread.
+            state.withLock { $0.drainersAllowed = false }
+        }
+    }
 
-    /// The shared concurrent queue.
-    public static var global: IOQueue { _global }
+    /// The shared concurrent queue: `global(priority: .default)`.
+    public static var global: IOQueue { globals[Priority.default.rawValue] }
 
     // MARK: - async
 
@@ -188,6 +222,11 @@ public final class IOQueue: Sendable {
             )
             acquireSerialOwnership()
             defer { releaseSerialOwnership() }
+            if let routeTarget {
+                // The target's domain too (after this queue's: its drains
+                // wait in the target's FIFO, never the other way round).
+                return try routeTarget.sync { try IOQueue.withCurrent(self, work) }
+            }
             return try IOQueue.withCurrent(self, work)
         case .concurrent:
             var waiter: SyncWaiter?
@@ -202,6 +241,7 @@ public final class IOQueue: Sendable {
             }
             _ = waiter?.wait()
             defer { finishConcurrent(barrier: false) }
+            if let routeTarget { return try routeTarget.sync { try IOQueue.withCurrent(self, work) } }
             return try IOQueue.withCurrent(self, work)
         }
     }
@@ -250,15 +290,21 @@ public final class IOQueue: Sendable {
 
     // MARK: - concurrent running
 
-    private func startConcurrent(_ item: Item) {
+    func startConcurrent(_ item: Item) {
         switch item {
         case .work(let work, let barrier):
+            if let routeTarget {
+                return routeTarget.enqueue(.work({ self.runConcurrent(work, barrier: barrier) }, barrier: false))
+            }
             WorkerPool.shared.submit(.concurrent(self, work, barrier: barrier))
         case .sync(let waiter, _):
             waiter.grant()
         case .job(let job, _):
-            WorkerPool.shared.submit(.concurrent(self, { job.runSynchronously(on: self.asUnownedTaskExecutor()) },
-                                                 barrier: false))
+            let work: @Sendable () -> Void = { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+            if let routeTarget {
+                return routeTarget.enqueue(.work({ self.runConcurrent(work, barrier: false) }, barrier: false))
+            }
+            WorkerPool.shared.submit(.concurrent(self, work, barrier: false))
         }
     }
 
@@ -267,7 +313,7 @@ public final class IOQueue: Sendable {
         finishConcurrent(barrier: barrier)
     }
 
-    private func finishConcurrent(barrier: Bool) {
+    func finishConcurrent(barrier: Bool) {
         let toStart = state.withLock { s -> [Item]? in
             s.running -= 1
             if barrier { s.barrierActive = false }
@@ -343,6 +389,23 @@ extension IOQueue {
         return raw.assumingMemoryBound(to: QueueFrame.self).pointee.queue.takeUnretainedValue()
     }
 
-    /// Whether the calling thread is running an item of this queue.
-    public var isCurrent: Bool { IOQueue.isCurrentThreadRunning(self) }
+    /// Whether the calling code runs on this queue: an item of it, or of a
+    /// queue that targets it (directly or through other targets).
+    ///
+    /// The corresponding libdispatch function is `dispatch_assert_queue`
+    /// (as a test rather than an assertion).
+    public var isCurrent: Bool {
+        var cursor = currentFrame.value
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        while let raw = cursor {
+            let frame = raw.assumingMemoryBound(to: QueueFrame.self).pointee
+            var queue: IOQueue? = frame.queue.takeUnretainedValue()
+            while let q = queue {
+                if Unmanaged.passUnretained(q).toOpaque() == me { return true }
+                queue = q.target
+            }
+            cursor = frame.parent
+        }
+        return false
+    }
 }

@@ -11,6 +11,17 @@ import RingIOBase
 package enum PoolJob: Sendable {
     case drain(IOQueue)
     case concurrent(IOQueue, @Sendable () -> Void, barrier: Bool)
+    /// Work of no queue at a priority level (`concurrentPerform`'s helpers).
+    case plain(@Sendable () -> Void, level: Int)
+
+    /// The priority level the pool starts it at (`IOQueue.Priority.rawValue`).
+    @inline(__always)
+    var level: Int {
+        switch self {
+        case .drain(let queue), .concurrent(let queue, _, _): return queue.level
+        case .plain(_, let level): return level
+        }
+    }
 }
 
 /// The library's own worker threads, shared by every `IOQueue`.
@@ -41,7 +52,7 @@ package final class WorkerPool: @unchecked Sendable {
 
     private let lock = ConditionLock()
     private let watchdogCondition: Condition
-    private var jobs = RingBuffer<PoolJob>(initialCapacity: 64)
+    private var jobs = PriorityJobs()
     private var threads = 0
     private var idle = 0
     private var started: UInt64 = 0
@@ -73,7 +84,7 @@ package final class WorkerPool: @unchecked Sendable {
     }
 
     @inline(__always)
-    private func submitLocked(_ add: (inout RingBuffer<PoolJob>) -> Void) {
+    private func submitLocked(_ add: (inout PriorityJobs) -> Void) {
         var spawn = false
         var spawnWatchdog = false
         lock.lock()
@@ -173,6 +184,8 @@ package final class WorkerPool: @unchecked Sendable {
             queue.drainSerial()
         case .concurrent(let queue, let work, let barrier):
             queue.runConcurrent(work, barrier: barrier)
+        case .plain(let work, _):
+            work()
         }
     }
 

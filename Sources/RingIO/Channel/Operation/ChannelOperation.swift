@@ -431,9 +431,17 @@ package final class ChannelOperation: SchedulableOperation, IORequestTarget, @un
         }
         let request = IORequest(operation, target: self, tag: Self.tag(id, poll: false), owner: owner,
                                 mayBlock: mayBlock, fixedBuffer: fixedBuffer, fixedFile: entry?.fixedFile)
+        request.ioPriority = Self.ioPriority(for: queue)
         io.request = request
         state.slots.modify(offset: i) { $0.payload = io }
         return request
+    }
+
+    /// The I/O priority of the reads and writes whose handlers run on
+    /// `queue`: the idle class for a `.background` queue, where the kernel
+    /// takes it (io_uring reads and writes), otherwise the default.
+    static func ioPriority(for queue: IOQueue) -> UInt16 {
+        queue.priority == .background ? IORequest.idleIOPriority : 0
     }
 
     /// A pthread mutex inside the operation's own object: no allocation of

@@ -1,0 +1,243 @@
+import RingIOBase
+
+/// Where the library finds its ``TimerService``: the one installed (the
+/// engine's ring-backed service), or until then a fallback with one thread
+/// for every timer.
+///
+/// `IOQueue.asyncAfter`, channel intervals and timer sources arm their
+/// deadlines on `current`. A timer armed on the fallback before a service is
+/// installed stays there and fires from there.
+package enum TimerServices {
+    private static let installed = Locked<(any TimerService)?>(nil)
+    private static let fallback = FallbackTimerService()
+
+    /// The installed service, or the fallback when none is.
+    package static var current: any TimerService {
+        installed.withLock { $0 } ?? fallback
+    }
+
+    /// Makes `service` the one ``current`` returns from now on.
+    package static func install(_ service: any TimerService) {
+        installed.withLock { $0 = service }
+    }
+
+    /// The fallback service (for tests and benchmarks that need it even
+    /// after another service is installed).
+    package static var fallbackService: any TimerService { fallback }
+}
+
+/// The timer service used until an engine installs its own: one thread
+/// (started by the first `arm`) sleeps until the earliest deadline of a
+/// binary min-heap and fires what is due.
+///
+/// `arm` is O(log n) in the number of pending timers and `cancel` O(1)
+/// amortized: the token names the slot of the timer's closure, so a cancel
+/// frees the slot at once and its heap entry is dropped when it comes up,
+/// or when cancelled entries are more than half the heap (the heap is then
+/// rebuilt without them, O(n) for n/2 cancels). The heap holds plain 24-byte
+/// entries (deadline, arming order, token): sifting retains nothing. So 100,000 pending
+/// timers cost what ten do per call, and no thread each. (Entries holding
+/// the closure, with a token-to-slot dictionary updated on every sift, cost
+/// 2x the CPU of Dispatch's `asyncAfter` for 100,000 one-shots.) A timer never fires before
+/// its deadline: the thread sleeps on CLOCK_MONOTONIC and checks
+/// `ContinuousClock.now` (CLOCK_BOOTTIME on Linux) again before firing.
+/// `leeway` is accepted and not used: the fallback fires as soon as it can.
+package final class FallbackTimerService: TimerService, @unchecked Sendable {
+    // @unchecked: every stored `var` is read and written only with `lock`
+    // held.
+    /// A heap entry: plain data (24 bytes, no reference to retain or
+    /// release while the heap sifts). `id` is the token: the slot of the
+    /// timer's closure in its low 32 bits, the slot's generation above.
+    private struct Entry {
+        /// Nanoseconds from `epoch`.
+        let when: Int64
+        /// Arming order: equal deadlines fire in it.
+        let sequence: UInt64
+        let id: UInt64
+
+        @inline(__always)
+        func precedes(_ other: Entry) -> Bool {
+            when < other.when || (when == other.when && sequence < other.sequence)
+        }
+    }
+
+    private let lock = ConditionLock()
+    private let epoch = ContinuousClock.now
+    private var heap: [Entry] = []
+    /// The closures of the live timers, by slot; `nil`: a free slot.
+    private var fires: [(@Sendable () -> Void)?] = []
+    /// Each slot's generation: bumped when the slot is freed, so a stale
+    /// token names nothing.
+    private var generations: [UInt32] = []
+    private var freeSlots: [Int] = []
+    private var liveCount = 0
+    private var armed: UInt64 = 0
+    /// Heap entries whose timer was cancelled.
+    private var cancelledInHeap = 0
+    private var threadStarted = false
+    /// The deadline the thread sleeps until (`nil`: no timer, or firing).
+    private var sleepingUntil: Int64?
+
+    package init() {}
+
+    /// The number of armed timers (for tests).
+    package var pendingCount: Int { lock.withLock { liveCount } }
+
+    /// `instant` as nanoseconds from `epoch` (clamped to about ±285 years).
+    private func nanoseconds(_ instant: ContinuousClock.Instant) -> Int64 {
+        let (seconds, attoseconds) = (instant - epoch).components
+        let clamped = Swift.min(Swift.max(seconds, -9_000_000_000), 9_000_000_000)
+        return clamped * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
+
+    package func arm(deadline: ContinuousClock.Instant, leeway: Duration,
+                     _ fire: @escaping @Sendable () -> Void) -> TimerToken {
+        let when = nanoseconds(deadline)
+        var start = false
+        let id = lock.withLock { () -> UInt64 in
+            let slot: Int
+            if let free = freeSlots.popLast() {
+                slot = free
+                fires[slot] = fire
+            } else {
+                slot = fires.count
+                fires.append(fire)
+                generations.append(0)
+            }
+            liveCount += 1
+            let id = UInt64(generations[slot]) << 32 | UInt64(slot)
+            armed &+= 1
+            heap.append(Entry(when: when, sequence: armed, id: id))
+            siftUp(heap.count - 1)
+            if !threadStarted {
+                threadStarted = true
+                start = true
+            } else if heap[0].id == id, sleepingUntil.map({ when < $0 }) ?? true {
+                // The new earliest deadline: wake the thread to sleep less.
+                lock.signal()
+            }
+            return id
+        }
+        if start {
+            let rc = spawnThread(name: "ringio-timers") { [self] in run() }
+            precondition(rc == 0, "RingIO: cannot start the timer thread (pthread_create: \(rc))")
+        }
+        return TimerToken(id: id)
+    }
+
+    @discardableResult
+    package func cancel(_ token: TimerToken) -> Bool {
+        lock.withLock {
+            guard take(token.id) != nil else { return false }
+            cancelledInHeap += 1
+            if cancelledInHeap > 64 && cancelledInHeap * 2 > heap.count { compact() }
+            return true
+        }
+    }
+
+    /// The closure of the live timer `id`, freeing its slot; nil when the
+    /// timer fired or was cancelled. Under the lock.
+    @inline(__always)
+    private func take(_ id: UInt64) -> (@Sendable () -> Void)? {
+        let slot = Int(id & 0xFFFF_FFFF)
+        guard slot < fires.count, generations[slot] == UInt32(id >> 32), let fire = fires[slot] else { return nil }
+        fires[slot] = nil
+        generations[slot] &+= 1
+        freeSlots.append(slot)
+        liveCount -= 1
+        return fire
+    }
+
+    @inline(__always)
+    private func isLive(_ id: UInt64) -> Bool {
+        let slot = Int(id & 0xFFFF_FFFF)
+        return generations[slot] == UInt32(id >> 32) && fires[slot] != nil
+    }
+
+    // MARK: - the timer thread
+
+    private func run() {
+        let clock = ContinuousClock()
+        let batch = DeliveryBatch()
+        lock.lock()
+        while true {
+            guard let first = heap.first else {
+                sleepingUntil = nil
+                lock.wait()
+                continue
+            }
+            let now = nanoseconds(clock.now)
+            if first.when > now {
+                sleepingUntil = first.when
+                // Monotonic and boot time advance together while the machine
+                // runs; the loop checks the continuous clock again on waking.
+                let wait = UInt64(first.when - now)
+                _ = lock.wait(untilNanoseconds: monotonicNanoseconds() &+ wait)
+                continue
+            }
+            sleepingUntil = nil
+            // Everything due now, in deadline order, fired outside the lock
+            // (a `fire` may arm or cancel).
+            var due: [@Sendable () -> Void] = []
+            while let head = heap.first, head.when <= now {
+                if let fire = take(head.id) {
+                    due.append(fire)
+                } else {
+                    cancelledInHeap -= 1
+                }
+                removeFirst()
+            }
+            lock.unlock()
+            // The work the fires enqueue goes to the pool in one batch (one
+            // pool lock and wake-up per batch, not per timer).
+            batch.collect { for fire in due { fire() } }
+            lock.lock()
+        }
+    }
+
+    // MARK: - the heap (under the lock)
+
+    private func removeFirst() {
+        let last = heap.removeLast()
+        if !heap.isEmpty {
+            heap[0] = last
+            siftDown(0)
+        }
+    }
+
+    /// Drops the cancelled entries and restores the heap order (Floyd's
+    /// bottom-up build, O(n)).
+    private func compact() {
+        heap.removeAll { !isLive($0.id) }
+        cancelledInHeap = 0
+        var i = heap.count / 2
+        while i > 0 {
+            i -= 1
+            siftDown(i)
+        }
+    }
+
+    private func siftUp(_ start: Int) {
+        var child = start
+        while child > 0 {
+            let parent = (child - 1) / 2
+            guard heap[child].precedes(heap[parent]) else { break }
+            heap.swapAt(child, parent)
+            child = parent
+        }
+    }
+
+    private func siftDown(_ start: Int) {
+        var parent = start
+        let count = heap.count
+        while true {
+            let left = 2 * parent + 1
+            guard left < count else { break }
+            var best = left
+            if left + 1 < count && heap[left + 1].precedes(heap[left]) { best = left + 1 }
+            guard heap[best].precedes(heap[parent]) else { break }
+            heap.swapAt(parent, best)
+            parent = best
+        }
+    }
+}
