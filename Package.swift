@@ -73,6 +73,21 @@ let package = Package(
             path: "Sources/RingIO/Channel"
         ),
         .target(
+            // IOSource and its kinds (timer, read, write, file system,
+            // signal, process, user data) on the engine's timers and watches.
+            name: "RingIOSources",
+            dependencies: [
+                "RingIOBase",
+                "RingIOQueue",
+                "RingIOData",
+                "RingIOEngine",
+                "RingIOChannel",
+                "CLiburing",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
+            path: "Sources/RingIO/Sources"
+        ),
+        .target(
             // IO's one-shots (readFile, writeFile, copyFile), the small-file
             // paths and the copy strategies, FileCopier.
             name: "RingIOFiles",
@@ -97,10 +112,11 @@ let package = Package(
                 "RingIOData",
                 "RingIOEngine",
                 "RingIOChannel",
+                "RingIOSources",
                 "RingIOFiles",
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
-            exclude: ["Base", "Queue", "Data", "Engine", "Channel", "Files"]
+            exclude: ["Base", "Queue", "Data", "Engine", "Channel", "Sources", "Files"]
         ),
         .target(
             name: "RingIOFoundation",
@@ -161,6 +177,7 @@ let package = Package(
                 "RingIOData",
                 "RingIOEngine",
                 "RingIOChannel",
+                "RingIOSources",
                 "RingIOFiles",
                 "RingIOTestSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
@@ -176,6 +193,7 @@ let package = Package(
                 "RingIOData",
                 "RingIOEngine",
                 "RingIOChannel",
+                "RingIOSources",
                 "RingIOFiles",
                 "RingIOFoundation",
                 "RingIOTestSupport",

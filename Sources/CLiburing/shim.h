@@ -168,4 +168,18 @@ static inline int cliburing_supports_direct_chain(struct io_uring *ring) {
     return ok;
 }
 
+int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout, const sigset_t *sigmask);
+
+/// Waits up to `nanoseconds` for `fd` to become readable (ppoll: declared
+/// by glibc only under _GNU_SOURCE): 1 when it did, 0 on timeout, -errno.
+static inline int cliburing_wait_readable(int fd, long long nanoseconds) {
+    struct pollfd p = { fd, POLLIN, 0 };
+    struct timespec t = { (time_t)(nanoseconds / 1000000000), (long)(nanoseconds % 1000000000) };
+    int rc = ppoll(&p, 1, &t, 0);
+    return rc < 0 ? -errno : rc;
+}
+
+/// The calling thread's id (gettid, declared by glibc only under _GNU_SOURCE).
+static inline int cliburing_gettid(void) { return (int)syscall(SYS_gettid); }
+
 #endif
