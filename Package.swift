@@ -28,9 +28,13 @@ let package = Package(
         // every layer, so users write `import RingIO` only.
         // See docs/Architecture.md, "Layers".
         .target(
-            // Locks, condition lock, ring buffer, threads, idle spin.
+            // Locks, condition lock, ring buffer, threads, idle spin; the
+            // system calls (`Syscall`, over swift-system where it has them).
             name: "RingIOBase",
-            dependencies: ["CLiburing"],
+            dependencies: [
+                "CLiburing",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
             path: "Sources/RingIO/Base"
         ),
         .target(
