@@ -179,6 +179,19 @@ static inline int cliburing_wait_readable(int fd, long long nanoseconds) {
     return rc < 0 ? -errno : rc;
 }
 
+/// Bytes ready to read on `fd` (FIONREAD; ioctl is variadic, which Swift
+/// cannot call), or -errno.
+static inline int cliburing_bytes_readable(int fd) {
+    int n = 0;
+    return ioctl(fd, FIONREAD, &n) == 0 ? n : -errno;
+}
+
+/// The capacity of the pipe `fd` is an end of (F_GETPIPE_SZ), or -errno.
+static inline int cliburing_pipe_capacity(int fd) {
+    int n = fcntl(fd, 1032 /* F_GETPIPE_SZ */);
+    return n >= 0 ? n : -errno;
+}
+
 /// The calling thread's id (gettid, declared by glibc only under _GNU_SOURCE).
 static inline int cliburing_gettid(void) { return (int)syscall(SYS_gettid); }
 

@@ -6,6 +6,7 @@ import Testing
 import RingIOTestSupport
 @testable import RingIO
 @testable import RingIOSources
+@testable import RingIOEngine
 
 /// What a source's handlers saw, for the source tests.
 final class SourceLog: Sendable {
@@ -38,5 +39,55 @@ final class SourceLog: Sendable {
         source.setRegistrationHandler { [self] in
             registrations.add(1, ordering: .relaxed)
         }
+    }
+}
+
+/// The engines a source test runs on: io_uring, io_uring acting as a kernel
+/// before 5.13 (one-shot polls re-armed), and the thread pool.
+enum SourceEngine: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case ioUring, oldKernel, threadPool
+    var testDescription: String { rawValue }
+
+    func make() throws -> IOEngine {
+        switch self {
+        case .ioUring: return try makeEngine(.ioUring)
+        case .threadPool: return try makeEngine(.threadPool)
+        case .oldKernel:
+            var configuration = IOEngine.Configuration(ringEntries: 64, backend: .ioUring)
+            configuration.actsAsOldKernel = true
+            do {
+                return try IOEngine(configuration: configuration)
+            } catch {
+                try Test.cancel("io_uring is unavailable here, skipping: \(IOEngine.explainSetupFailure(error))")
+            }
+        }
+    }
+}
+
+/// A pipe whose ends close at deinit (unless closed before).
+final class SourcePipe: @unchecked Sendable {
+    // @unchecked: the fds are set at init and closed once, by the test's thread.
+    var readFD: Int32
+    var writeFD: Int32
+    init(nonBlocking: Bool = false) {
+        var fds: [Int32] = [0, 0]
+        precondition(pipe(&fds) == 0)
+        readFD = fds[0]
+        writeFD = fds[1]
+        if nonBlocking {
+            _ = fcntl(readFD, F_SETFL, O_NONBLOCK)
+            _ = fcntl(writeFD, F_SETFL, O_NONBLOCK)
+        }
+    }
+    func write(_ bytes: [UInt8]) { _ = bytes.withUnsafeBytes { Glibc.write(writeFD, $0.baseAddress, $0.count) } }
+    func read(_ count: Int) -> Int {
+        var buffer = [UInt8](repeating: 0, count: count)
+        return Glibc.read(readFD, &buffer, count)
+    }
+    func closeWriter() { if writeFD >= 0 { close(writeFD); writeFD = -1 } }
+    func closeReader() { if readFD >= 0 { close(readFD); readFD = -1 } }
+    deinit {
+        closeWriter()
+        closeReader()
     }
 }

@@ -142,6 +142,11 @@ public final class IOEngine: Sendable {
     private static let _shared: IOEngine = {
         let engine = (try? IOEngine(configuration: Configuration()))
             ?? IOEngine(threadPoolBecause: "io_uring could not be set up")
+        // The shared engine's ring keeps the library's timers (asyncAfter,
+        // channel intervals): no timer thread. Only the shared engine's: it
+        // lives as long as the process, where another engine's service
+        // would stop firing when that engine is released.
+        if engine.backend == .ioUring { TimerServices.install(engine.timers) }
         if let reason = engine.fallbackReason, getenv("RINGIO_QUIET") == nil {
             let line = "RingIO: using the thread-pool backend: \(reason)\n"
             var bytes = Array(line.utf8)
