@@ -91,3 +91,14 @@ final class SourcePipe: @unchecked Sendable {
         closeReader()
     }
 }
+
+/// Starts `/bin/sh -c script` as a child of the test process.
+func spawnShell(_ script: String) -> pid_t {
+    var pid: pid_t = 0
+    let args = ["/bin/sh", "-c", script]
+    var argv: [UnsafeMutablePointer<CChar>?] = args.map { strdup($0) } + [nil]
+    defer { for p in argv { free(p) } }
+    let rc = posix_spawn(&pid, "/bin/sh", nil, nil, &argv, environ)
+    precondition(rc == 0, "posix_spawn: \(rc)")
+    return pid
+}

@@ -72,3 +72,107 @@ extension Syscall {
         _ = try once(.fileStatusFlags, .fd(fd)) { () throws(Errno) in try valueOrErrno(Glibc.fcntl(fd, F_GETFL)) }
     }
 }
+
+extension Syscall {
+    /// Creates (`fd` -1) or updates a signalfd for `mask`: non-blocking,
+    /// close-on-exec.
+    ///
+    /// The corresponding C function is `signalfd`.
+    ///
+    /// - Parameters:
+    ///   - fd: -1 for a new one, or the signalfd to update.
+    ///   - mask: The signals it reports.
+    /// - Returns: The signalfd.
+    /// - Throws: `Errno` (`EMFILE`, `ENFILE`, `ENOMEM`).
+    package static func signalfd(_ fd: CInt, _ mask: inout sigset_t) throws(Errno) -> CInt {
+        try once(.signalfd, fd >= 0 ? .fd(fd) : .none) { () throws(Errno) in
+            try valueOrErrno(CLiburing.signalfd(fd, &mask, CInt(SFD_NONBLOCK | SFD_CLOEXEC)))
+        }
+    }
+
+    /// Installs the library's forwarding action for `signal`: a signal that
+    /// lands on a thread which does not block it is sent on, with
+    /// `tgkill`, to thread `tid` (the engine thread that reads the
+    /// signalfd, which blocks it, so that it stays pending there until the
+    /// read).
+    ///
+    /// The corresponding C function is `sigaction`.
+    ///
+    /// - Parameters:
+    ///   - signal: The signal.
+    ///   - tid: The thread that reads the signalfd.
+    ///   - old: Receives the action it replaces.
+    /// - Throws: `Errno.invalidArgument` for SIGKILL, SIGSTOP or a number out of range.
+    package static func forwardSignal(_ signal: CInt, to tid: CInt, saving old: inout sigaction) throws(Errno) {
+        guard signal > 0, signal < 65 else { throw .invalidArgument }
+        signalForwardTable[Int(signal)] = tid
+        _ = try once(.sigaction) { () throws(Errno) in
+            try valueOrNegatedErrno(cliburing_install_handler(signal, { sig in
+                // A signal handler: one load and one system call.
+                guard sig > 0, sig < 65 else { return }
+                let tid = signalForwardTable[Int(sig)]
+                if tid > 0 { _ = cliburing_tgkill(tid, sig) }
+            }, &old))
+        }
+    }
+
+    /// Puts back the action of `signal` that `forwardSignal` replaced.
+    ///
+    /// The corresponding C function is `sigaction`.
+    ///
+    /// - Parameters:
+    ///   - signal: The signal.
+    ///   - old: The action to restore.
+    package static func restoreSignal(_ signal: CInt, _ old: inout sigaction) {
+        guard signal > 0, signal < 65 else { return }
+        _ = cliburing_restore_action(signal, &old)
+        signalForwardTable[Int(signal)] = 0
+    }
+
+    /// Blocks `signal` in the calling thread.
+    ///
+    /// The corresponding C function is `pthread_sigmask` (`SIG_BLOCK`).
+    ///
+    /// - Parameter signal: The signal.
+    package static func blockSignalOnThisThread(_ signal: CInt) {
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, signal)
+        pthread_sigmask(SIG_BLOCK, &set, nil)
+    }
+
+    /// An fd that becomes readable when process `pid` ends.
+    ///
+    /// The corresponding C function is `pidfd_open` (Linux 5.3).
+    ///
+    /// - Parameter pid: The process.
+    /// - Returns: The pidfd (close-on-exec).
+    /// - Throws: `Errno` (`ESRCH`: no such process, or already reaped).
+    package static func pidfdOpen(_ pid: pid_t) throws(Errno) -> CInt {
+        try once(.pidfdOpen) { () throws(Errno) in try valueOrNegatedErrno(cliburing_pidfd_open(pid)) }
+    }
+
+    /// The raw wait status of the ended child behind `pidfd`, left unreaped.
+    ///
+    /// The corresponding C function is `waitid` (`P_PIDFD`, `WEXITED |
+    /// WNOHANG | WNOWAIT`).
+    ///
+    /// - Parameter pidfd: The pidfd.
+    /// - Returns: The status (decode it with the `W*` macros).
+    /// - Throws: `Errno` (`ECHILD` for a process that is not our child,
+    ///   `EAGAIN` when it has not ended).
+    package static func waitStatus(pidfd: CInt) throws(Errno) -> CInt {
+        try once(.waitid, .fd(pidfd)) { () throws(Errno) in try valueOrNegatedErrno(cliburing_pidfd_wait_status(pidfd)) }
+    }
+}
+
+/// The thread each signal is forwarded to (0: none), read by the forwarding
+/// handler. `nonisolated(unsafe)`: written only under the signal hub's lock
+/// (before the handler is installed, after it is removed), read by the
+/// handler as a plain aligned Int32 load; allocated at the first use, before
+/// any handler that reads it exists.
+nonisolated(unsafe) private let signalForwardTable: UnsafeMutablePointer<Int32> = {
+    let table = UnsafeMutablePointer<Int32>.allocate(capacity: 65)
+    table.initialize(repeating: 0, count: 65)
+    return table
+}()

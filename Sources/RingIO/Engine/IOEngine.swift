@@ -340,6 +340,21 @@ public final class IOEngine: Sendable {
         return (core as? ThreadPoolBackend)?.readiness.threadID.load(ordering: .acquiring) ?? 0
     }
 
+    /// State that layers above keep per engine (the signal sources' signalfd,
+    /// the file-system sources' inotify fd), one object per type.
+    private let attachments = Locked<[ObjectIdentifier: any AnyObject & Sendable]>([:])
+
+    /// The object of type `T` attached to this engine, made by `make` on
+    /// first use.
+    package func attachment<T: AnyObject & Sendable>(_ type: T.Type, _ make: () -> T) -> T {
+        attachments.withLock { table in
+            if let existing = table[ObjectIdentifier(type)] as? T { return existing }
+            let made = make()
+            table[ObjectIdentifier(type)] = made
+            return made
+        }
+    }
+
     /// Whether a `.pollMultishot` watch stays armed after a readiness
     /// (io_uring on Linux 5.13 and later); otherwise it ends at each one.
     package var keepsWatchesArmed: Bool { uring?.multishotPolls ?? false }
