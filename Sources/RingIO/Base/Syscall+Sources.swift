@@ -176,3 +176,42 @@ nonisolated(unsafe) private let signalForwardTable: UnsafeMutablePointer<Int32> 
     table.initialize(repeating: 0, count: 65)
     return table
 }()
+
+extension Syscall {
+    /// A new inotify instance: non-blocking, close-on-exec.
+    ///
+    /// The corresponding C function is `inotify_init1`.
+    ///
+    /// - Returns: Its fd.
+    /// - Throws: `Errno` (`EMFILE`: `/proc/sys/fs/inotify/max_user_instances` reached).
+    package static func inotifyInit() throws(Errno) -> CInt {
+        try once(.inotifyInit) { () throws(Errno) in
+            try valueOrErrno(CLiburing.inotify_init1(CInt(IN_NONBLOCK | IN_CLOEXEC)))
+        }
+    }
+
+    /// Watches the file open as `fd` (through `/proc/self/fd/N`, so the
+    /// watch follows the open file, not a path).
+    ///
+    /// The corresponding C function is `inotify_add_watch`.
+    ///
+    /// - Parameters:
+    ///   - inotify: The inotify fd.
+    ///   - fd: The open file to watch.
+    ///   - mask: The `IN_*` events.
+    /// - Returns: The watch descriptor (the same one for the same file).
+    /// - Throws: `Errno` (`ENOSPC`: `/proc/sys/fs/inotify/max_user_watches`
+    ///   reached; `EBADF`/`ENOENT` for a closed fd).
+    package static func inotifyAddWatch(_ inotify: CInt, fd: CInt, mask: UInt32) throws(Errno) -> CInt {
+        try once(.inotifyAddWatch, .fd(fd)) { () throws(Errno) in
+            try valueOrErrno(CLiburing.inotify_add_watch(inotify, "/proc/self/fd/\(fd)", mask))
+        }
+    }
+
+    /// Removes watch `wd`, ignoring the result (the file may be gone).
+    ///
+    /// The corresponding C function is `inotify_rm_watch`.
+    package static func inotifyRemoveWatch(_ inotify: CInt, _ wd: CInt) {
+        _ = CLiburing.inotify_rm_watch(inotify, wd)
+    }
+}
