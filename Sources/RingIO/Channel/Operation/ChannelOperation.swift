@@ -279,7 +279,7 @@ package final class ChannelOperation: SchedulableOperation, IORequestTarget, @un
         let requests = requestsLocked(actions)
         lock.unlock()
         if let interval = actions.interval {
-            IntervalTimers.shared.schedule(every: interval) { [weak self] in self?.tick() ?? false }
+            IntervalTicks.schedule(on: engine.timers, every: interval) { [weak self] in self?.tick() ?? false }
         }
         carryOut(actions, requests)
     }
