@@ -211,8 +211,9 @@ import RingIOTestSupport
         #expect(await iterator.next() == nil)
     }
 
-    @Test func hundredThousandSourcesCreatedAndCancelled() throws {
-        let engine = try makeEngine(.ioUring)
+    @Test(arguments: allBackends)
+    func hundredThousandSourcesCreatedAndCancelled(_ backend: IOEngine.Backend) throws {
+        let engine = try makeEngine(backend)
         let queue = IOQueue(label: "u")
         let cancels = Atomic<Int>(0)
         for i in 0..<100_000 {
