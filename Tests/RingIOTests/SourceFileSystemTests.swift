@@ -32,7 +32,7 @@ import RingIOTestSupport
         #expect(waitUntil { log.registrations.load(ordering: .relaxed) == 1 })
         change()
         let seen = { Event(rawValue: log.deliveries.withLock { $0.reduce(0, |) }) }
-        _ = waitUntil(timeout: .seconds(5)) { seen().isSuperset(of: expected) }
+        _ = waitUntil(timeout: .seconds(20)) { seen().isSuperset(of: expected) }
         milliseconds(20)
         source.cancel()
         #expect(log.cancelled.wait())

@@ -40,6 +40,9 @@ public final class IOProcessSource: IOSource, @unchecked Sendable {
     private let engine: IOEngine
     private let watch = Mutex<(watch: FDWatch?, fd: Int32)>((nil, -1))
     private let status = Atomic<Int64>(-1)
+    /// `.exit` was reported: the pidfd's later wake-ups (the parent's
+    /// `waitpid` reaping the child wakes a multishot poll again) are not.
+    private let exited = Atomic<Bool>(false)
 
     /// Creates an inactive source for process `processID`.
     ///
@@ -70,6 +73,7 @@ public final class IOProcessSource: IOSource, @unchecked Sendable {
             fd = try Syscall.pidfdOpen(processID)
         } catch .noSuchProcess {
             // Already gone (and reaped): one `.exit`, after the registration handler.
+            exited.store(true, ordering: .releasing)
             mergeEvent(Event.exit.rawValue)
             return nil
         } catch {
@@ -94,6 +98,7 @@ public final class IOProcessSource: IOSource, @unchecked Sendable {
 
     /// The engine's thread: the pidfd is readable, the process ended.
     private func ended() {
+        guard !exited.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let fd = watch.withLock { $0.fd }
         if fd >= 0, let raw = try? Syscall.waitStatus(pidfd: fd) {
             status.store(Int64(raw), ordering: .releasing)
