@@ -42,6 +42,11 @@ if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "natural" {
     NaturalBench.main(Array(CommandLine.arguments.dropFirst(2)))
 }
 
+// `throughput sources ...`: dispatch sources beside Dispatch's (SourceCases.swift).
+if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "sources" {
+    SourceBench.main(Array(CommandLine.arguments.dropFirst(2)))
+}
+
 // MARK: - child process: one copy, timed and measured from the inside
 
 if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "child" {
