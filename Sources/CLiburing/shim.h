@@ -253,7 +253,4 @@ static inline int cliburing_pidfd_wait_status(int pidfd) {
 /// The signal number of a signalfd record.
 static inline int cliburing_signalfd_signal(const struct signalfd_siginfo *info) { return (int)info->ssi_signo; }
 
-/// The calling thread's id (gettid, declared by glibc only under _GNU_SOURCE).
-static inline int cliburing_gettid(void) { return (int)syscall(SYS_gettid); }
-
 #endif
