@@ -6,6 +6,7 @@ import Musl
 import CLiburing
 import Synchronization
 import RingIOBase
+import SystemPackage
 
 /// The thread-pool backend's watches (`.pollMultishot`): one thread,
 /// started on first use, waits in `poll(2)` on every watched fd at once, so
