@@ -89,10 +89,12 @@ struct TimerServiceTests {
         let cancelTime = clock.now - cancelStart
         #expect(cancelled == 100_000)
         #expect(service.pendingCount == 0)
-        // O(log n) each: 100,000 arms or cancels take well under a second
-        // (about 30 ms each way measured; a linear scan would take minutes).
-        #expect(armTime < .seconds(2))
-        #expect(cancelTime < .seconds(2))
+        // O(log n) each: 100,000 arms or cancels took about 30 ms each way
+        // here (4.4 s under ThreadSanitizer on a loaded machine); a linear
+        // scan per call would take minutes. The bound only catches that: the
+        // cost itself is held by the benchmarks (Benchmarks/results/queues.md).
+        #expect(armTime < .seconds(60))
+        #expect(cancelTime < .seconds(60))
     }
 
     @Test("the registry hands out the fallback until a service is installed")

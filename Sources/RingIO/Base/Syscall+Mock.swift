@@ -49,13 +49,13 @@ extension Syscall {
             /// The error it fails with.
             package let errno: Errno
             fileprivate let scope: ResolvedScope
-            private let counts: Mutex<(skip: Int, remaining: Int, fired: Int)>
+            private let counts: Locked<(skip: Int, remaining: Int, fired: Int)>
 
             fileprivate init(call: Call, errno: Errno, times: Int, after skip: Int, scope: ResolvedScope) {
                 self.call = call
                 self.errno = errno
                 self.scope = scope
-                counts = Mutex((skip, times, 0))
+                counts = Locked((skip, times, 0))
             }
 
             /// How many calls it has failed so far.
@@ -93,7 +93,7 @@ extension Syscall {
 
         /// The injections not yet used up; `pending` mirrors their count,
         /// so that a call with none pending pays one relaxed load.
-        private static let injections = Mutex<[Injection]>([])
+        private static let injections = Locked<[Injection]>([])
         private static let pending = Atomic<Int>(0)
 
         /// Makes `call` fail with `errno` the next `times` times it is

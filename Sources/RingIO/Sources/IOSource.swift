@@ -24,7 +24,7 @@ import RingIOQueue
 ///
 /// The corresponding libdispatch type is `dispatch_source_t`.
 public class IOSource: @unchecked Sendable {
-    // @unchecked: every mutable field is in `state` (a Mutex) or is an
+    // @unchecked: every mutable field is in `state` (a Locked) or is an
     // Atomic; `queue` and `mergeKind` are immutable.
 
     /// How events merge into the pending `data`.
@@ -62,7 +62,7 @@ public class IOSource: @unchecked Sendable {
 
     let queue: IOQueue
     let mergeKind: MergeKind
-    let state = Mutex(State())
+    let state = Locked(State())
     private let delivered = Atomic<UInt>(0)
     private let registrationErrorCode = Atomic<Int32>(0)
 
