@@ -83,7 +83,7 @@ struct FileCopierPreallocationTests {
         }
         var status = stat()
         #expect(fstat(input, &status) == 0)
-        var info = FileInfo(status)
+        var info = CopyFileInfo(status)
         info.size += 8 << 20  // as if the source had been 8 MiB longer when sized
         var copier = FileCopier(engine: engine)
         copier.sparse = .never  // one region, to the size: the copy meets the end inside it

@@ -167,13 +167,13 @@ private struct BlockingCopy {
                 return failure
             }
             if status.st_mode & S_IFMT != S_IFREG {
-                return .notSmall(PathRequest.Pair(info: FileInfo(sourceStatus), input: input, output: output,
+                return .notSmall(PathRequest.Pair(info: CopyFileInfo(sourceStatus), input: input, output: output,
                                                   destinationKind: FileKind(mode: status.st_mode)))
             }
         }
         let size = Int(sourceStatus.st_size)
         guard chain && size <= IO.smallFileLimit else {
-            return .notSmall(PathRequest.Pair(info: FileInfo(sourceStatus), input: input, output: output,
+            return .notSmall(PathRequest.Pair(info: CopyFileInfo(sourceStatus), input: input, output: output,
                                               destinationKind: destinationKind, created: created))
         }
         return copy(input, output, size: size, removingOnFailure: created)
