@@ -89,23 +89,38 @@ enum DirectoryReader {
         guard let base = records.baseAddress else { return }
         batch.entries.reserveCapacity(records.count / 32)
         let sameOpened = directory.opened == directory.shown
+        // Each entry's path is made once from bytes: the directory's path
+        // and a separator, then the name, in one reused buffer (one
+        // `FilePath(platformString:)` per entry, not a component and an
+        // `appending`, which copies the parent's path twice).
+        var prefix = directory.shown.withPlatformString { p in Array(UnsafeBufferPointer(start: p, count: strlen(p))) }
+        if prefix.last != 0x2F { prefix.append(0x2F) }
+        var buffer = prefix + [CChar](repeating: 0, count: 257)
         var offset = 0
-        while offset < records.count {
-            let record = base + offset
-            let length = Int(record.loadUnaligned(fromByteOffset: 16, as: UInt16.self))
-            let rawType = record.load(fromByteOffset: 18, as: UInt8.self)
-            let name = (record + 19).assumingMemoryBound(to: CChar.self)
-            offset += length
-            // "." and "..".
-            if name[0] == 0x2E && (name[1] == 0 || (name[1] == 0x2E && name[2] == 0)) { continue }
-            guard let component = FilePath.Component(platformString: name) else { continue }
-            var type = FileInfo.FileType(directoryEntryType: rawType)
-            if type == .unknown { type = typeByStatx(name, in: directory.fd) }
-            let path = directory.shown.appending(component)
-            batch.entries.append(DirectoryEntry(path: path, type: type))
-            if recursive && type == .directory {
-                let opened = sameOpened ? path : directory.opened.appending(component)
-                batch.subdirectories.append(DirectoryWalk.Directory(shown: path, opened: opened))
+        buffer.withUnsafeMutableBufferPointer { buffer in
+            let tail = buffer.baseAddress! + prefix.count
+            while offset < records.count {
+                let record = base + offset
+                let length = Int(record.loadUnaligned(fromByteOffset: 16, as: UInt16.self))
+                let rawType = record.load(fromByteOffset: 18, as: UInt8.self)
+                let name = (record + 19).assumingMemoryBound(to: CChar.self)
+                offset += length
+                // "." and "..".
+                if name[0] == 0x2E && (name[1] == 0 || (name[1] == 0x2E && name[2] == 0)) { continue }
+                let nameLength = strlen(name)
+                guard nameLength <= 255 else { continue }
+                tail.update(from: name, count: nameLength + 1)
+                var type = FileInfo.FileType(directoryEntryType: rawType)
+                if type == .unknown { type = typeByStatx(name, in: directory.fd) }
+                let path = FilePath(platformString: buffer.baseAddress!)
+                batch.entries.append(DirectoryEntry(path: path, type: type))
+                if recursive && type == .directory {
+                    var opened = path
+                    if !sameOpened, let component = FilePath.Component(platformString: name) {
+                        opened = directory.opened.appending(component)
+                    }
+                    batch.subdirectories.append(DirectoryWalk.Directory(shown: path, opened: opened))
+                }
             }
         }
     }
