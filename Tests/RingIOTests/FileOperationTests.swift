@@ -6,7 +6,7 @@ import Testing
 import RingIOTestSupport
 @_spi(Engine) import RingIO
 import RingIOBase
-import RingIOFiles
+@testable import RingIOFiles
 
 /// `IO.info`, `createDirectory`, `removeItem`, `moveItem`, `copyItem`,
 /// `withTemporaryDirectory`, symlinks, permissions and times.
@@ -46,6 +46,20 @@ struct FileOperationTests {
             #expect(error.path == FilePath(dir.file("missing")))
             #expect(error.operation == .stat)
         }
+    }
+
+    @Test("info's inline path (dentries cached, local file system) agrees with statx on a worker; a missing path is left to the worker")
+    func inlineInfo() async throws {
+        let dir = TemporaryDirectory()
+        Tree.touch(dir.file("f"), "12345")
+        Tree.symlink("f", dir.file("l"))
+        for (path, follow) in [(dir.file("f"), true), (dir.file("l"), false), (dir.file("l"), true), (dir.path, true)] {
+            _ = try IO.infoNow(at: FilePath(path), followingSymlinks: follow)  // now cached
+            let inline = try #require(IO.cachedInfo(at: FilePath(path), followingSymlinks: follow))
+            #expect(inline == (try IO.infoNow(at: FilePath(path), followingSymlinks: follow)))
+        }
+        #expect(IO.cachedInfo(at: FilePath(dir.file("missing")), followingSymlinks: true) == nil)
+        #expect(IO.cachedInfo(at: FilePath(dir.file("l")), followingSymlinks: false)?.type == .symlink)
     }
 
     @Test("createDirectory: one level, intermediates, an existing directory, a file in the way")
