@@ -86,14 +86,14 @@ final class TreeRemoval: Sendable {
 
     private func start(_ jobs: [Node]) {
         for node in jobs {
-            IOQueue.global.async { self.empty(node) }
+            IOQueue.global.async { self.work(node) }
         }
     }
 
-    /// One job: removes `node`'s non-directories, then `node` itself if it
-    /// has no subdirectories (and its parents whose last one it was). The
-    /// job counts as running until then, so that the removal ends only
-    /// after the root's `rmdir`.
+    /// One directory: removes `node`'s non-directories, then `node` itself
+    /// if it has no subdirectories (and its parents whose last one it was).
+    /// Its worker counts as running until then, so that the removal ends
+    /// only after the root's `rmdir`.
     private func empty(_ node: Node) {
         var removed = 0
         var subdirectories: [Node] = []
@@ -110,7 +110,42 @@ final class TreeRemoval: Sendable {
             s.stack.append(contentsOf: subdirectories)
         }
         if failure == nil && subdirectories.isEmpty { removeEmptied(node) }
-        finishJob()
+    }
+
+    /// A worker: empties `first`, then takes the next directory from the
+    /// stack itself until none is left, so a tree costs a hop per worker,
+    /// not per directory (on a loaded machine each hop waited for a core:
+    /// 100 directories took 0.25–1.1 s with a hop each, against 0.33 s
+    /// for FileManager's one thread).
+    private func work(_ first: Node) {
+        var next: Node? = first
+        while let node = next {
+            empty(node)
+            next = takeNext()
+        }
+    }
+
+    /// The next directory for a worker that finished one, or `nil` (the
+    /// worker stops; the last to stop resumes the caller).
+    private func takeNext() -> Node? {
+        var jobs: [Node] = []
+        var resume: (UnsafeContinuation<Result<Int, IOError>, Never>, Result<Int, IOError>)?
+        let next = state.withLock { s -> Node? in
+            if s.failure == nil, let node = s.stack.popLast() {
+                jobs = schedule(&s)
+                return node
+            }
+            s.running -= 1
+            if !s.finished, s.running == 0, s.failure != nil || s.rootRemoved, let continuation = s.continuation {
+                s.finished = true
+                s.continuation = nil
+                resume = (continuation, s.failure.map { .failure($0) } ?? .success(s.removed))
+            }
+            return nil
+        }
+        start(jobs)
+        if let (continuation, result) = resume { continuation.resume(returning: result) }
+        return next
     }
 
     /// Removes `node`, whose subdirectories are gone, then each parent
@@ -145,23 +180,6 @@ final class TreeRemoval: Sendable {
                 return parent.pending == 0 ? parent : nil
             }
         }
-    }
-
-    /// Ends a job: starts the next ones, or resumes the caller once nothing
-    /// runs and the root is gone or a failure stopped the removal.
-    private func finishJob() {
-        var jobs: [Node] = []
-        let resume = state.withLock { s -> (UnsafeContinuation<Result<Int, IOError>, Never>, Result<Int, IOError>)? in
-            s.running -= 1
-            jobs = schedule(&s)
-            guard !s.finished, s.running == 0, s.failure != nil || s.rootRemoved,
-                  let continuation = s.continuation else { return nil }
-            s.finished = true
-            s.continuation = nil
-            return (continuation, s.failure.map { .failure($0) } ?? .success(s.removed))
-        }
-        start(jobs)
-        if let (continuation, result) = resume { continuation.resume(returning: result) }
     }
 
     /// Opens `node`, reads all its entries, unlinks each that is not a
