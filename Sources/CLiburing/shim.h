@@ -253,4 +253,21 @@ static inline int cliburing_pidfd_wait_status(int pidfd) {
 /// The signal number of a signalfd record.
 static inline int cliburing_signalfd_signal(const struct signalfd_siginfo *info) { return (int)info->ssi_signo; }
 
+#include <string.h>
+
+/// The last `c` in the `n` bytes at `s`: glibc's vectorised `memrchr`, a
+/// GNU function that <string.h> declares only under _GNU_SOURCE, which
+/// this module is not built with (without the declaration C would take it
+/// to return `int` and cut the pointer to 32 bits).
+extern void *memrchr(const void *s, int c, size_t n);
+static inline void *cliburing_memrchr(const void *s, int c, size_t n) { return memrchr(s, c, n); }
+
+/// The raw getdents64 system call (glibc's wrapper is not visible to Swift):
+/// fills `buffer` with `struct linux_dirent64` records; returns the bytes
+/// filled, 0 at the end, or -1 with errno set.
+static inline long cliburing_getdents64(int fd, void *buffer, unsigned long count) {
+    return syscall(SYS_getdents64, fd, buffer, count);
+}
+
+
 #endif

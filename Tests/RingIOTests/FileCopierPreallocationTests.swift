@@ -81,7 +81,7 @@ struct FileCopierPreallocationTests {
             close(input)
             close(output)
         }
-        var info = FileInfo(try Syscall.fstat(input))
+        var info = CopyFileInfo(try Syscall.fstat(input))
         info.size += 8 << 20  // as if the source had been 8 MiB longer when sized
         var copier = FileCopier(engine: engine)
         copier.sparse = .never  // one region, to the size: the copy meets the end inside it

@@ -47,6 +47,11 @@ if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "sources" {
     SourceBench.main(Array(CommandLine.arguments.dropFirst(2)))
 }
 
+// `throughput files ...`: listing, info, lines and tree removal (FilesBench.swift).
+if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "files" {
+    FilesBench.main(Array(CommandLine.arguments.dropFirst(2)))
+}
+
 // MARK: - child process: one copy, timed and measured from the inside
 
 if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "child" {

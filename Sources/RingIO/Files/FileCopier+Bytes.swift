@@ -34,14 +34,14 @@ extension FileCopier {
             throw IOError(.read, path: sourcePath, side: .source, errno: .isDirectory)
         }
         let paths = PathRequest.Paths(source: sourcePath ?? "", target: destinationPath ?? "", destination: nil)
-        let (bytes, how) = try await transfer(source.rawValue, destination.rawValue, FileInfo(info), paths,
+        let (bytes, how) = try await transfer(source.rawValue, destination.rawValue, CopyFileInfo(info), paths,
                                               namesPaths: (sourcePath != nil, destinationPath != nil))
         return Outcome(bytes: bytes, strategy: how, replace: .inPlace)
     }
 
     /// The bytes from `input` to `output`, by the strategy the files allow.
     /// Closes neither.
-    func transfer(_ input: Int32, _ output: Int32, _ info: FileInfo, _ paths: PathRequest.Paths,
+    func transfer(_ input: Int32, _ output: Int32, _ info: CopyFileInfo, _ paths: PathRequest.Paths,
                   namesPaths: (Bool, Bool) = (true, true)) async throws(IOError) -> (Int64, Strategy) {
         let (source, destination) = (namesPaths.0 ? paths.source : nil, namesPaths.1 ? paths.shownDestination : nil)
         let readError = { (errno: Errno) in IOError(.read, path: source, side: .source, errno: errno) }
@@ -216,7 +216,7 @@ extension FileCopier {
     }
 }
 
-extension FileInfo {
+extension CopyFileInfo {
     init(_ status: Stat) {
         kind = status.type
         mode = UInt32(status.mode.rawValue)

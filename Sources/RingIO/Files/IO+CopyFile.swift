@@ -135,8 +135,9 @@ extension IO {
     }
 }
 
-/// What `PathRequest.stat` reports.
-struct FileInfo: Sendable {
+/// What `PathRequest.stat` reports (the copy's own few fields; the public
+/// `FileInfo` is `IO.info(at:)`'s).
+struct CopyFileInfo: Sendable {
     var kind: FileKind
     var mode: UInt32
     var size: Int64
@@ -152,7 +153,7 @@ struct FileInfo: Sendable {
         inode = UInt64(stx.stx_ino)
     }
 
-    func isSameFile(as other: FileInfo) -> Bool { device == other.device && inode == other.inode }
+    func isSameFile(as other: CopyFileInfo) -> Bool { device == other.device && inode == other.inode }
 }
 
 /// One-shot path requests through the engine, awaited.
@@ -169,7 +170,7 @@ enum PathRequest {
     }
 
     struct Pair {
-        let info: FileInfo
+        let info: CopyFileInfo
         let input: Int32
         let output: Int32
         /// What the final destination is, when it was stat'ed (a rename at
@@ -209,7 +210,7 @@ enum PathRequest {
         @Sendable func finish(_ results: [Int32]) {
             let (input, output) = (results[1], results[2])
             // The statx buffers hold something only when the statx succeeded.
-            let info = results[0] >= 0 ? FileInfo(memory.statx!.pointee) : nil
+            let info = results[0] >= 0 ? CopyFileInfo(memory.statx!.pointee) : nil
             var failure: IOError?
             if let index = results.prefix(3).firstIndex(where: { $0 < 0 }) {
                 let errno = Errno(rawValue: -results[index])
@@ -221,7 +222,7 @@ enum PathRequest {
             } else if info?.kind == .directory {
                 failure = IOError(.openForReading, path: paths.source, side: .source, errno: .isDirectory)
             } else if results.count > 3 && results[3] >= 0, let info,
-                      FileInfo((memory.statx! + 1).pointee).isSameFile(as: info) {
+                      CopyFileInfo((memory.statx! + 1).pointee).isSameFile(as: info) {
                 failure = sameFile
             }
             if let failure {
@@ -231,7 +232,7 @@ enum PathRequest {
             }
             let pair = Pair(info: info!, input: input, output: output,
                             destinationKind: results.count > 3 && results[3] >= 0
-                                ? FileInfo((memory.statx! + 1).pointee).kind : nil)
+                                ? CopyFileInfo((memory.statx! + 1).pointee).kind : nil)
             if createNew { return completion(.success(pair)) }
             // An existing file: which one is it? Then truncated, off the engine's thread.
             IOQueue.global.async {
@@ -273,7 +274,7 @@ enum PathRequest {
             if stat[0] < 0 {
                 return completion(.failure(IOError(.stat, path: paths.source, side: .source, errno: Errno(rawValue: -stat[0]))))
             }
-            let info = FileInfo(memory.statx!.pointee)
+            let info = CopyFileInfo(memory.statx!.pointee)
             if info.kind == .directory {
                 return completion(.failure(IOError(.openForReading, path: paths.source, side: .source, errno: .isDirectory)))
             }

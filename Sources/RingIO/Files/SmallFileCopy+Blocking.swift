@@ -176,13 +176,13 @@ private struct BlockingCopy {
                 return failure
             }
             if let status, status.type != .regular {
-                return .notSmall(PathRequest.Pair(info: FileInfo(sourceStatus), input: input, output: output,
+                return .notSmall(PathRequest.Pair(info: CopyFileInfo(sourceStatus), input: input, output: output,
                                                   destinationKind: status.type))
             }
         }
         let size = Int(sourceStatus.size)
         guard chain && size <= IO.smallFileLimit else {
-            return .notSmall(PathRequest.Pair(info: FileInfo(sourceStatus), input: input, output: output,
+            return .notSmall(PathRequest.Pair(info: CopyFileInfo(sourceStatus), input: input, output: output,
                                               destinationKind: destinationKind, created: created))
         }
         return copy(input, output, size: size, removingOnFailure: created)

@@ -73,6 +73,12 @@ public struct IOError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let setAttributes = Operation("set attributes of")
         /// Closing a file.
         public static let close = Operation("close")
+        /// Listing a directory (opening it, reading its entries).
+        public static let list = Operation("list")
+        /// Reading a symbolic link's target.
+        public static let readLink = Operation("read the link")
+        /// Moving a file or directory to another name.
+        public static let move = Operation("move")
         /// Copying onto the source itself (the same file by another name:
         /// a hard link, a symlink to it): refused before anything is
         /// truncated, with `EINVAL`.

@@ -1,0 +1,34 @@
+// throughput files: the SwiftNIO rows (_NIOFileSystem's FileSystem.shared).
+import _NIOFileSystem
+
+enum NIOFiles {
+    static func countList(_ tree: String) throws -> Int {
+        try blocking("NIO listContents", timeout: 120) {
+            try await FileSystem.shared.withDirectoryHandle(atPath: FilePath(tree)) { directory in
+                var n = 0
+                for try await batch in directory.listContents(recursive: true).batched() {
+                    for entry in batch where entry.type == .regular { n += 1 }
+                }
+                return n
+            }
+        }
+    }
+
+    static func info(_ paths: [String]) throws -> Int {
+        try blocking("NIO info", timeout: 120) {
+            var n = 0
+            for path in paths where try await FileSystem.shared.info(forFileAt: FilePath(path))?.type == .regular {
+                n += 1
+            }
+            return n
+        }
+    }
+
+    static func remove(_ path: String) throws -> Int {
+        let removed = try blocking("NIO removeItem", timeout: 300) {
+            try await FileSystem.shared.removeItem(at: FilePath(path), recursively: true)
+        }
+        guard removed == 10_101 else { throw BenchError("NIO removed \(removed) items, not 10,101") }
+        return FilesBench.exists(path) ? 0 : 1
+    }
+}
