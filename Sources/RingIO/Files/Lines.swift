@@ -107,7 +107,7 @@ extension IO {
 
             /// Reads chunks until at least one line is done or the input ends.
             private mutating func fill(isolation actor: isolated (any Actor)?) async throws(IOError) {
-                if chunks == nil { try open() }
+                if chunks == nil { try openChannel() }
                 while lines.isEmpty {
                     let chunk: DataChunk?
                     do throws(Errno) {
@@ -133,7 +133,7 @@ extension IO {
                 }
             }
 
-            private mutating func open() throws(IOError) {
+            private mutating func openChannel() throws(IOError) {
                 switch source {
                 case .path(let path, let engine):
                     let opened = try IOChannel(kind: .stream, path: path, mode: .readOnly, queue: .global, engine: engine)
