@@ -101,7 +101,10 @@ import RingIOTestSupport
         #expect(log.cancelled.wait())
         milliseconds(20)
         #expect(log.count == 5)
-        #expect(log.deliveries.withLock { $0.allSatisfy { $0 == 1 } })
+        // The first delivery may merge several fires of the 1 ms repeating
+        // timer (a loaded machine runs the handler late: data is the fires
+        // since the last delivery); every rescheduled one-shot fires once.
+        #expect(log.deliveries.withLock { $0.dropFirst().allSatisfy { $0 == 1 } && $0.first! >= 1 })
         #expect(log.cancels.load(ordering: .relaxed) == 1)
     }
 
