@@ -139,12 +139,16 @@ extension IO {
     /// }
     /// ```
     ///
-    /// - Parameter body: the work; its argument is the directory's absolute
-    ///   path.
+    /// - Parameters:
+    ///   - isolation: Where `body` runs: the caller's actor (the main
+    ///     actor, say), so `body` need not be `Sendable`. Leave it out.
+    ///   - body: the work; its argument is the directory's absolute path.
     /// - Returns: what `body` returned.
     /// - Throws: `body`'s error; else an ``IOError`` from creating
     ///   (`.create`) or removing (`.remove`) the directory.
-    public static func withTemporaryDirectory<R: Sendable>(_ body: (FilePath) async throws -> R) async throws -> R {
+    public static func withTemporaryDirectory<R: Sendable>(
+        isolation: isolated (any Actor)? = #isolation, _ body: (FilePath) async throws -> R
+    ) async throws -> R {
         var base = FilePath("/tmp")
         if let tmp = getenv("TMPDIR"), tmp[0] != 0 { base = FilePath(platformString: tmp) }
         let template = base.appending("ringio-XXXXXX")
