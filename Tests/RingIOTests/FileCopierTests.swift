@@ -31,7 +31,7 @@ struct FileCopierTests {
         for size in [0, 5000, IO.smallFileLimit + 1, (9 << 20) + 5] {
             let bytes = randomBytes(size, seed: UInt64(size + 7))
             try writeFile(dir.file("src"), bytes)
-            let seen = Mutex(0)
+            let seen = Locked(0)
             let copier = Self.copier(engine) {
                 $0.strategy = strategy
                 $0.progress = { n in seen.withLock { $0 += n } }
@@ -108,7 +108,7 @@ struct FileCopierTests {
         let bytes = randomBytes(size, seed: 11)
         try writeFile(dir.file("src"), bytes)
         #expect(mkfifo(dir.file("fifo"), 0o600) == 0)
-        let received = Mutex<[UInt8]?>(nil)
+        let received = Locked<[UInt8]?>(nil)
         let done = IOGroup()
         done.enter()
         let fifoPath = dir.file("fifo")
@@ -195,7 +195,7 @@ struct FileCopierTests {
 
         #expect(pipe(&fds) == 0)
         let (back, into) = (fds[0], fds[1])
-        let received = Mutex<[UInt8]>([])
+        let received = Locked<[UInt8]>([])
         let done = IOGroup()
         done.enter()
         IOQueue.global.async {

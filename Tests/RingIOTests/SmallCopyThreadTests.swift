@@ -13,7 +13,7 @@ import RingIOTestSupport
 /// A task executor whose jobs one thread runs (as ringcp's main thread does),
 /// with blocking calls allowed there; it counts the jobs it ran.
 private final class OneThreadExecutor: TaskExecutor {
-    private let jobs = Mutex<[UnownedJob]>([])
+    private let jobs = Locked<[UnownedJob]>([])
     let jobsRun = Atomic<Int>(0)
     let finished = Atomic<Bool>(false)
 
