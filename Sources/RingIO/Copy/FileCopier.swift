@@ -52,7 +52,10 @@ import RingIOQueue
 /// (`fallocate`) and the bytes spliced through one 1 MiB pipe (`.splice`):
 /// about 0.65× cp's time for 1 GiB. `strategy` asks for one of them (a
 /// strategy the files do not allow falls back the same way); `reflink`
-/// asks for `FICLONE`.
+/// asks for `FICLONE`. The ways are tried in that order, each once: one
+/// that moved nothing and failed with `EXDEV`, `EINVAL`, `EOPNOTSUPP`,
+/// `ENOSYS` or `ENOTTY` (these files, this file system cannot) gives way
+/// to the next; any other failure, or one after bytes moved, is the copy's.
 public struct FileCopier: Sendable {
     /// How the destination is replaced.
     public enum Replace: Sendable, Hashable {
