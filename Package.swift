@@ -77,8 +77,26 @@ let package = Package(
             path: "Sources/RingIO/Channel"
         ),
         .target(
-            // IO's one-shots (readFile, writeFile, copyFile), the small-file
-            // paths and the copy strategies, FileCopier.
+            // The copy engine: CopyPlan (the steps to try, a pure value), the
+            // loop that tries them (FileCopier), every strategy (the small
+            // file's plain calls, FICLONE, ext4's fallocate + splice,
+            // copy_file_range, ring splices, channels, streams), one atomic
+            // replace (AtomicReplace), IO.copyFile and CopyOptions.
+            name: "RingIOCopy",
+            dependencies: [
+                "RingIOBase",
+                "RingIOQueue",
+                "RingIOData",
+                "RingIOEngine",
+                "RingIOChannel",
+                "CLiburing",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
+            path: "Sources/RingIO/Copy"
+        ),
+        .target(
+            // IO's one-shots (readFile, writeFile), directories, info,
+            // trees (copyItem on the copy engine, removeItem), lines.
             name: "RingIOFiles",
             dependencies: [
                 "RingIOBase",
@@ -86,6 +104,7 @@ let package = Package(
                 "RingIOData",
                 "RingIOEngine",
                 "RingIOChannel",
+                "RingIOCopy",
                 "CLiburing",
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
@@ -101,10 +120,11 @@ let package = Package(
                 "RingIOData",
                 "RingIOEngine",
                 "RingIOChannel",
+                "RingIOCopy",
                 "RingIOFiles",
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
-            exclude: ["Base", "Queue", "Data", "Engine", "Channel", "Files"]
+            exclude: ["Base", "Queue", "Data", "Engine", "Channel", "Copy", "Files"]
         ),
         .target(
             name: "RingIOFoundation",
@@ -166,6 +186,7 @@ let package = Package(
                 "RingIOData",
                 "RingIOEngine",
                 "RingIOChannel",
+                "RingIOCopy",
                 "RingIOFiles",
                 "RingIOTestSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
@@ -181,6 +202,7 @@ let package = Package(
                 "RingIOData",
                 "RingIOEngine",
                 "RingIOChannel",
+                "RingIOCopy",
                 "RingIOFiles",
                 "RingIOFoundation",
                 "RingIOTestSupport",

@@ -6,4 +6,5 @@
 @_spi(Engine) @_exported import RingIOEngine
 @_exported import RingIOQueue
 @_exported import RingIOChannel
+@_exported import RingIOCopy
 @_exported import RingIOFiles

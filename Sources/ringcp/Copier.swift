@@ -231,9 +231,16 @@ final class Copier: Sendable {
         } else if !settings.preserve.isEmpty {
             state.withLock { $0.directories.append((destination, status, source, existing!.permissions)) }
         }
-        let names: [FilePath.Component]
-        do throws(Errno) { names = try FS.entries(of: source) } catch {
-            return reportError("cannot access", source, error)
+        // The library's listing (getdents64 in batches on a pool worker),
+        // whole before any entry is copied: no directory stays open while
+        // its subdirectories are walked, however deep the tree.
+        var names: [FilePath.Component] = []
+        do throws(IOError) {
+            for try await entry in IO.directoryEntries(at: absolute(source)) {
+                if let name = entry.path.lastComponent { names.append(name) }
+            }
+        } catch {
+            return reportError("cannot access", source, error.errno)
         }
         for name in names {
             if Task.isCancelled {

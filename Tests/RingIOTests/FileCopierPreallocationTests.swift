@@ -7,6 +7,7 @@ import Testing
 import RingIOTestSupport
 @testable import RingIO
 @testable import RingIOChannel
+@testable import RingIOCopy
 @testable import RingIOFiles
 @testable import RingIOBase
 @testable import RingIOEngine
@@ -85,8 +86,7 @@ struct FileCopierPreallocationTests {
         info.size += 8 << 20  // as if the source had been 8 MiB longer when sized
         var copier = FileCopier(engine: engine)
         copier.sparse = .never  // one region, to the size: the copy meets the end inside it
-        let paths = PathRequest.Paths(source: FilePath(dir.file("src")), target: FilePath(dir.file("dst")),
-                                      destination: nil)
+        let paths = PathRequest.Paths(source: FilePath(dir.file("src")), inPlace: FilePath(dir.file("dst")))
         let (copied, strategy) = try await copier.transfer(input, output, info, paths)
         #expect(copied == Int64(bytes.count), "\(strategy)")
         #expect(try readFile(dir.file("dst")) == bytes)

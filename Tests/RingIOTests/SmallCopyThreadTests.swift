@@ -7,6 +7,7 @@ import Testing
 import RingIOTestSupport
 @testable import RingIO
 @testable import RingIOChannel
+@testable import RingIOCopy
 @testable import RingIOFiles
 @testable import RingIOBase
 

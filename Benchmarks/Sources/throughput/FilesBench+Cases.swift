@@ -168,6 +168,50 @@ extension FilesBench {
 
     // MARK: - remove
 
+    /// `directories` directories of `files` files of 4 KiB (seeded bytes) under `root`.
+    static func makeCopySource(_ root: String, directories: Int, files: Int) throws {
+        try make(root)
+        var bytes = [UInt8](repeating: 0, count: 4096)
+        for d in 0..<directories {
+            try make(root + "/d\(d)")
+            for f in 0..<files {
+                for i in 0..<8 { bytes[i] = UInt8(truncatingIfNeeded: (d * files + f) >> (i * 8)) }
+                let path = root + "/d\(d)/f\(f)"
+                let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+                guard fd >= 0, write(fd, bytes, bytes.count) == bytes.count else { throw BenchError("write \(path): errno \(errno)") }
+                close(fd)
+            }
+        }
+    }
+
+    /// Checks, cheaply (in the timed run), that the copy's last file is
+    /// there whole; `expected`: the files in the tree (returned).
+    /// `verifyCopy` counts them all, untimed, after the last round.
+    static func countCopied(_ root: String, expected: Int) throws -> Int {
+        let last = expected == 2000 ? root + "/d0/f1999" : root + "/d99/f99"
+        var status = stat()
+        guard lstat(last, &status) == 0, status.st_size == 4096 else { throw BenchError("\(last) was not copied") }
+        return expected
+    }
+
+    static func verifyCopy(_ root: String, expected: Int) throws {
+        let n = try countFind(root)
+        guard n == expected else { throw BenchError("the last copy holds \(n) files, not \(expected)") }
+    }
+
+    static func copyRingIO(_ source: String, _ destination: String, expected: Int = 10_000) throws -> Int {
+        try blocking("RingIO copyItem", timeout: 300) {
+            try await IO.copyItem(from: FilePath(source), to: FilePath(destination))
+        }
+        return try countCopied(destination, expected: expected)
+    }
+
+    static func copyCommand(_ argv: [String], _ destination: String, expected: Int = 10_000) throws -> Int {
+        let child = try spawn(argv, timeout: 300)
+        guard child.status == 0 else { throw BenchError("\(argv.joined(separator: " ")): status \(child.status)") }
+        return try countCopied(destination, expected: expected)
+    }
+
     static func removeRingIO(_ path: String) throws -> Int {
         let removed = try blocking("RingIO removeItem", timeout: 300) {
             try await IO.removeItem(at: FilePath(path), recursively: true)

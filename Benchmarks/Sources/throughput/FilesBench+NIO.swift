@@ -24,6 +24,13 @@ enum NIOFiles {
         }
     }
 
+    static func copy(_ source: String, _ destination: String) throws -> Int {
+        try blocking("NIO copyItem", timeout: 300) {
+            try await FileSystem.shared.copyItem(at: FilePath(source), to: FilePath(destination))
+        }
+        return try FilesBench.countCopied(destination, expected: 10_000)
+    }
+
     static func remove(_ path: String) throws -> Int {
         let removed = try blocking("NIO removeItem", timeout: 300) {
             try await FileSystem.shared.removeItem(at: FilePath(path), recursively: true)

@@ -37,6 +37,8 @@ enum FilesBench {
         var directory: String?
         var linesMiB = 200
         var only: [String] = []
+        /// A ringcp binary for the copy section's `ringcp -r` rows.
+        var ringcp: String?
     }
 
     /// One system of a section: an untimed setup, then the timed run, whose
@@ -57,8 +59,9 @@ enum FilesBench {
             case "--dir": o.directory = it.next()
             case "--lines-mib": o.linesMiB = Int(it.next() ?? "") ?? 0
             case "--only": o.only += (it.next() ?? "").split(separator: ",").map(String.init)
+            case "--ringcp": o.ringcp = it.next()
             default:
-                print("usage: throughput files [--rounds N] [--busy N] [--dir DIR] [--lines-mib N] [--only list,info,lines,remove]")
+                print("usage: throughput files [--rounds N] [--busy N] [--dir DIR] [--lines-mib N] [--ringcp PATH] [--only list,info,lines,remove,copy]")
                 exit(option == "--help" ? 0 : 2)
             }
         }
@@ -130,6 +133,39 @@ enum FilesBench {
             ]
             report("Lines of a \(o.linesMiB) MiB text file (\(lines) lines)", unit: "MiB/s", work: Double(o.linesMiB),
                    measure(systems, expected: expected, rounds: o.rounds))
+        }
+        if wants(o, "copy") {
+            // 10,000 files of 4 KiB in 100 directories, copied to a new tree (removed, untimed, before each run).
+            let source = root + "/copy-source"
+            let copy = root + "/copy-target"
+            try makeCopySource(source, directories: 100, files: 100)
+            let setup = { if exists(copy) { _ = try spawn(["/bin/rm", "-rf", copy], timeout: 600) } }
+            var systems = [
+                System(name: "RingIO IO.copyItem", setup: setup) { try copyRingIO(source, copy) },
+                System(name: "NIO copyItem", setup: setup) { try NIOFiles.copy(source, copy) },
+                System(name: "cp -r", setup: setup) { try copyCommand(["/bin/cp", "-r", source, copy], copy) },
+            ]
+            if let ringcp = o.ringcp {
+                systems.append(System(name: "ringcp -r", setup: setup) { try copyCommand([ringcp, "-r", source, copy], copy) })
+            }
+            let rows = measure(systems, expected: 10_000, rounds: o.rounds)
+            try verifyCopy(copy, expected: 10_000)
+            report("Copy a tree of 10,000 files of 4 KiB in 100 directories", unit: "files/s", work: 10_000, rows)
+            // ringcp's own case: 2,000 files of 4 KiB in one directory.
+            let flat = root + "/copy-flat"
+            try makeCopySource(flat, directories: 1, files: 2000)
+            var flatSystems = [
+                System(name: "RingIO IO.copyItem", setup: setup) { try copyRingIO(flat, copy, expected: 2000) },
+                System(name: "cp -r", setup: setup) { try copyCommand(["/bin/cp", "-r", flat, copy], copy, expected: 2000) },
+            ]
+            if let ringcp = o.ringcp {
+                flatSystems.insert(System(name: "ringcp -r", setup: setup) {
+                    try copyCommand([ringcp, "-r", flat, copy], copy, expected: 2000)
+                }, at: 1)
+            }
+            let flatRows = measure(flatSystems, expected: 2_000, rounds: o.rounds)
+            try verifyCopy(copy, expected: 2_000)
+            report("Copy 2,000 files of 4 KiB in one directory", unit: "files/s", work: 2_000, flatRows)
         }
         if wants(o, "remove") {
             let doomed = root + "/doomed"

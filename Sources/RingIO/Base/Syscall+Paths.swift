@@ -14,6 +14,7 @@ extension Syscall.Call {
     package static let mkdirat = Syscall.Call("mkdirat")
     package static let fchmod = Syscall.Call("fchmod")
     package static let fchown = Syscall.Call("fchown")
+    package static let fchownat = Syscall.Call("fchownat")
     package static let utimensat = Syscall.Call("utimensat")
     package static let getcwd = Syscall.Call("getcwd")
     package static let opendir = Syscall.Call("opendir")
@@ -126,6 +127,25 @@ extension Syscall {
     package static func fchown(_ fd: CInt, user: uid_t, group: gid_t) throws(Errno) {
         _ = try retryingInterrupts(.fchown, .fd(fd)) { () throws(Errno) in
             try valueOrErrno(Glibc.fchown(fd, user, group))
+        }
+    }
+
+    /// Sets the owner and group of `path` (`UInt32.max`: leave it), or of
+    /// the symlink itself with `AT_SYMLINK_NOFOLLOW`.
+    ///
+    /// The corresponding C function is `fchownat`.
+    ///
+    /// - Parameters:
+    ///   - directory: The directory `path` is relative to, or `AT_FDCWD`.
+    ///   - path: The file.
+    ///   - user: The owner's ID.
+    ///   - group: The group's ID.
+    ///   - flags: `AT_SYMLINK_NOFOLLOW` or 0.
+    /// - Throws: The `Errno` of the failed call (`EPERM` for another's file).
+    package static func fchownat(_ directory: CInt = AT_FDCWD, _ path: UnsafePointer<CChar>, user: uid_t, group: gid_t,
+                                 flags: CInt = 0) throws(Errno) {
+        _ = try retryingInterrupts(.fchownat, .path(path, relativeTo: directory)) { () throws(Errno) in
+            try valueOrErrno(Glibc.fchownat(directory, path, user, group, flags))
         }
     }
 

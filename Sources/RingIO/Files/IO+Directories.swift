@@ -9,6 +9,7 @@ import RingIOBase
 import RingIOQueue
 @_spi(Engine) import RingIOEngine
 import RingIOChannel
+import RingIOCopy
 
 extension IO {
     /// Runs `body`, whose system calls may block, on a worker of

@@ -10,6 +10,7 @@ import RingIOData
 import RingIOQueue
 @_spi(Engine) import RingIOEngine
 import RingIOChannel
+import RingIOCopy
 
 extension IO {
     /// The most bytes `readFile(at:maximumSize:engine:)` returns unless told
@@ -115,10 +116,11 @@ extension IO {
                                  permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead],
                                  engine: IOEngine = .shared) async throws(IOError) {
         let path = try absolute(path).mapError { IOError(.openForWriting, path: path, errno: $0) }.get()
-        guard let temporary = temporaryPath(beside: path) else {
-            throw IOError(.openForWriting, path: path, errno: .invalidArgument)
+        let replace: AtomicReplace?
+        do throws(Errno) { replace = atomically ? try AtomicReplace(replacing: path) : nil } catch {
+            throw IOError(.openForWriting, path: path, errno: error)
         }
-        let target = atomically ? temporary : path
+        let target = replace?.temporary ?? path
         // Temporaries of earlier writers killed before their rename.
         if atomically { removeStaleTemporaries(beside: path) }
         let options: FileDescriptor.OpenOptions = atomically ? [.create, .exclusiveCreate] : [.create, .truncate]
@@ -128,14 +130,14 @@ extension IO {
         var step = IOError.Operation.write
         do throws(Errno) {
             try await channel.write(data: data)
-            if atomically {
+            if let replace {
                 step = .synchronize
                 try await channel.synchronize()
                 step = .rename
-                try Syscall.rename(target, to: path)
+                try replace.commit()
             }
         } catch {
-            if atomically { try? Syscall.unlink(target) }
+            replace?.abandon()
             if channel.core.pathFailure != nil { step = .openForWriting }
             throw IOError(step, path: step == .rename ? path : target, errno: error)
         }

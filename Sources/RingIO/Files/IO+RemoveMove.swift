@@ -7,6 +7,7 @@ import CLiburing
 import SystemPackage
 import RingIOBase
 import RingIOChannel
+import RingIOCopy
 
 extension IO {
     /// Removes the file, symlink or directory at `path`; with

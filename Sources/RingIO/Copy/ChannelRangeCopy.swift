@@ -10,13 +10,6 @@ import RingIOChannel
 import RingIOData
 import RingIOQueue
 
-/// A failed byte copy: which side failed, and how.
-struct CopyFailure: Error, Sendable {
-    enum Side: Sendable { case read, write }
-    let side: Side
-    let errno: Errno
-}
-
 /// Copies byte ranges of one open file into another through two random
 /// channels: reads of `readSize` at explicit offsets, up to `maximumReads`
 /// at once, each delivered chunk written at its own offset while later
@@ -44,12 +37,12 @@ final class ChannelRangeCopy: @unchecked Sendable {
     private var pending: [Range<Int64>]
     private var readsInFlight = 0
     private var bytesBeingWritten = 0
-    private var failure: CopyFailure?
+    private var failure: IOError?
     /// Where the source ended early (it shrank under the copy), if it did.
     private(set) var endedAt: Int64?
     private let closed: Closed
     private var finished = false
-    private var continuation: CheckedContinuation<CopyFailure?, Never>?
+    private var continuation: CheckedContinuation<IOError?, Never>?
 
     /// - Parameter regions: the byte ranges to copy, in order (the source's
     ///   data segments, for a sparse file).
@@ -86,9 +79,9 @@ final class ChannelRangeCopy: @unchecked Sendable {
     /// Copies everything; on task cancellation stops both channels and
     /// fails with `ECANCELED`. Returns once both channels are closed, so
     /// that the caller may close the descriptors.
-    func run() async throws(CopyFailure) {
+    func run() async throws(IOError) {
         let failure = await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<CopyFailure?, Never>) in
+            await withCheckedContinuation { (continuation: CheckedContinuation<IOError?, Never>) in
                 queue.async { [self] in
                     // A cancellation may have come first and finished the copy already.
                     self.continuation = continuation
@@ -96,7 +89,7 @@ final class ChannelRangeCopy: @unchecked Sendable {
                 }
             }
         } onCancel: { [self] in
-            queue.async { [self] in fail(CopyFailure(side: .read, errno: .canceled)) }
+            queue.async { [self] in fail(IOError(.read, path: nil, side: .source, errno: .canceled)) }
         }
         if let failure { throw failure }
     }
@@ -122,7 +115,7 @@ final class ChannelRangeCopy: @unchecked Sendable {
             }
             let next = cursor.next
             if let error {
-                fail(CopyFailure(side: .read, errno: error))
+                fail(IOError(.read, path: nil, side: .source, errno: error))
             } else if done && next < range.upperBound {
                 // EOF inside the range: the source shrank under the copy.
                 endedAt = min(endedAt ?? next, next)
@@ -163,7 +156,7 @@ final class ChannelRangeCopy: @unchecked Sendable {
             guard done else { return }
             bytesBeingWritten -= count
             if let error {
-                fail(CopyFailure(side: .write, errno: error))
+                fail(IOError(.write, path: nil, side: .destination, errno: error))
             } else {
                 progress(count)
             }
@@ -171,7 +164,7 @@ final class ChannelRangeCopy: @unchecked Sendable {
         }
     }
 
-    private func fail(_ error: CopyFailure) {
+    private func fail(_ error: IOError) {
         guard failure == nil, !finished else { return }
         failure = error
         pending.removeAll()

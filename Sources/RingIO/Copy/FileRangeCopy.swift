@@ -131,10 +131,11 @@ extension IO {
                 while left > 0 {
                     let m: Int
                     do throws(Errno) { m = try Syscall.splice(from: readEnd, at: nil, to: output, at: outOffset, length: left) } catch {
-                        // What is left in the pipe is lost with it: the copy fails.
-                        return PieceResult(errno: error, side: .destination)
+                        // What is left in the pipe is lost with it: the copy fails
+                        // (what this piece wrote before counts as written).
+                        return PieceResult(errno: error, side: .destination, moved: Int(outOffset - at))
                     }
-                    if m == 0 { return PieceResult(errno: .ioError, side: .destination) }
+                    if m == 0 { return PieceResult(errno: .ioError, side: .destination, moved: Int(outOffset - at)) }
                     outOffset += Int64(m)
                     left -= m
                 }
@@ -154,9 +155,11 @@ extension IO {
         var side: IOError.Side?
 
         init(moved: Int) { self.moved = moved }
-        init(errno: Errno, side: IOError.Side? = nil) {
+        /// A failed call, after `moved` bytes of the piece were written.
+        init(errno: Errno, side: IOError.Side? = nil, moved: Int = 0) {
             self.errno = errno
             self.side = side
+            self.moved = moved
         }
     }
 
@@ -201,7 +204,12 @@ extension IO {
                         IOQueue.global.async { continuation.resume(returning: work(at, length)) }
                     }
                     if let error = result.errno {
-                        if error == .interrupted { continue }
+                        if error == .interrupted && result.moved == 0 { continue }
+                        if result.moved > 0 {
+                            // Written before the failure: reported, never lost from the count.
+                            shared.withLock { $0.moved += Int64(result.moved) }
+                            progress(result.moved)
+                        }
                         return shared.withLock { s in
                             guard s.failure == nil else { return }
                             s.failure = failure(error, side: result.side, nothingMoved: s.moved == 0)

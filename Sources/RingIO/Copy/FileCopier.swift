@@ -52,7 +52,10 @@ import RingIOQueue
 /// (`fallocate`) and the bytes spliced through one 1 MiB pipe (`.splice`):
 /// about 0.65× cp's time for 1 GiB. `strategy` asks for one of them (a
 /// strategy the files do not allow falls back the same way); `reflink`
-/// asks for `FICLONE`.
+/// asks for `FICLONE`. The ways are tried in that order, each once: one
+/// that moved nothing and failed with `EXDEV`, `EINVAL`, `EOPNOTSUPP`,
+/// `ENOSYS` or `ENOTTY` (these files, this file system cannot) gives way
+/// to the next; any other failure, or one after bytes moved, is the copy's.
 public struct FileCopier: Sendable {
     /// How the destination is replaced.
     public enum Replace: Sendable, Hashable {
@@ -136,6 +139,10 @@ public struct FileCopier: Sendable {
     public var exclusive = false
     /// A new file's permission bits, before the umask; `nil` takes the source's.
     public var permissions: FilePermissions?
+    /// The source's metadata the new file also takes (`[]`: none beyond
+    /// the permission bits under the umask), set on the open file before it
+    /// is closed and renamed into place.
+    public var preserve: IO.CopyOptions.Preserved = []
     /// How the bytes move; `.automatic` by default.
     public var strategy: Strategy = .automatic
     public var reflink: Reflink = .never
@@ -192,32 +199,24 @@ public struct FileCopier: Sendable {
         }.get()
         var atomic = replace == .atomic
         while true {
-            var target = destination
+            var paths: PathRequest.Paths
             if atomic {
-                guard let temporary = IO.temporaryPath(beside: destination) else {
-                    throw IOError(.create, path: destination, side: .destination, errno: .invalidArgument)
+                do throws(Errno) {
+                    paths = PathRequest.Paths(source: source, replacing: try AtomicReplace(replacing: destination,
+                                                                                            noReplace: exclusive))
+                } catch {
+                    throw IOError(.create, path: destination, side: .destination, errno: error)
                 }
-                target = temporary
+            } else {
+                paths = PathRequest.Paths(source: source, inPlace: destination)
             }
             let created = atomic || exclusive
-            let paths = PathRequest.Paths(source: source, target: target, destination: atomic ? destination : nil)
             var pair: PathRequest.Pair
-            let chain = (strategy == .automatic || strategy == .chain) && reflink != .always && sparse != .always && !directIO
-            // Regular files: the whole small copy on one pool worker (SmallFileCopy+Blocking.swift);
-            // anything else (a FIFO, a device) through the engine.
-            let outcome: SmallFileCopy.Outcome
-            if let done = await SmallFileCopy.blocking(paths, permissions: permissions, createNew: created,
-                                                       noReplace: exclusive, chain: chain,
-                                                       sync: sync == .beforeRename, readable: directIO) {
-                outcome = done
-            } else {
-                outcome = await withUnsafeContinuation { (continuation: UnsafeContinuation<SmallFileCopy.Outcome, Never>) in
-                    SmallFileCopy(paths: paths, permissions: permissions, createNew: created, noReplace: exclusive,
-                                  chain: chain, sync: sync == .beforeRename, readable: directIO,
-                                  engine: engine) { continuation.resume(returning: $0) }.start()
-                }
-            }
-            switch outcome {
+            // Regular files: the whole small copy on one pool worker
+            // (SmallFileCopy.swift), or both opened there for the general
+            // path; anything else (a FIFO, a device) opened through the engine.
+            switch await SmallFileCopy.blocking(paths, permissions: permissions, createNew: created, request: request,
+                                                preserve: preserve, sync: sync == .beforeRename, readable: directIO) {
             case .copied(let bytes):
                 progress?(Int(bytes))
                 return Outcome(bytes: bytes, strategy: .chain, replace: atomic ? .atomic : .inPlace)
@@ -230,22 +229,23 @@ public struct FileCopier: Sendable {
                 throw error
             case .notSmall(let opened):
                 pair = opened
-            case .changed:
-                // Both files are closed (and the new one removed): again, by the general path.
+            case .changed, nil:
+                // Not regular files (nothing was opened), or a source that
+                // grew while read (both closed, the new file removed): by
+                // the engine's opens.
                 pair = try await PathRequest.openPair(engine: engine, paths, permissions: permissions, createNew: created,
                                                       readable: directIO)
             }
             // A FIFO, a device or a socket on either side: in place, never renamed over.
             if atomic && (pair.info.kind != .regular || (pair.destinationKind.map { $0 != .regular } ?? false)) {
                 Syscall.closeIgnoringErrors(pair.output)
-                try? Syscall.unlink(target)
+                paths.atomic?.abandon()
                 let output = try await openInPlace(destination, sourceMode: pair.info.mode, input: pair.input)
                 pair = PathRequest.Pair(info: pair.info, input: pair.input, output: output)
                 atomic = false
-                target = destination
+                paths = PathRequest.Paths(source: source, inPlace: destination)
             }
             let (input, output) = (pair.input, pair.output)
-            let shown = PathRequest.Paths(source: source, target: target, destination: atomic ? destination : nil)
             var closed = false
             do throws(IOError) {
                 defer {
@@ -254,25 +254,35 @@ public struct FileCopier: Sendable {
                         Syscall.closeIgnoringErrors(output)
                     }
                 }
-                let (bytes, how) = try await transfer(input, output, pair.info, shown)
+                let (bytes, how) = try await transfer(input, output, pair.info, paths)
+                if !preserve.isEmpty {
+                    do throws(Errno) {
+                        try AttributeCopy.apply(preserve, from: try Syscall.fstat(input), to: output)
+                    } catch {
+                        throw IOError(.setAttributes, path: destination, side: .destination, errno: error)
+                    }
+                }
                 closed = true
                 Syscall.closeIgnoringErrors(input)
                 do throws(Errno) { try Syscall.close(output) } catch {
                     throw IOError(.close, path: destination, side: .destination, errno: error)
                 }
-                if atomic {
-                    do throws(Errno) {
-                        try await PathRequest.rename(engine: engine, from: target, to: destination, noReplace: exclusive)
-                    } catch {
+                if let replace = paths.atomic {
+                    do throws(Errno) { try await replace.commit(engine: engine) } catch {
                         throw IOError(.rename, path: destination, side: .destination, errno: error)
                     }
                 }
                 return Outcome(bytes: bytes, strategy: how, replace: atomic ? .atomic : .inPlace)
             } catch {
-                if atomic || exclusive || pair.created { try? Syscall.unlink(target) }
+                if atomic || exclusive || pair.created { try? Syscall.unlink(paths.target) }
                 throw error
             }
         }
+    }
+
+    /// What chooses the plan's steps.
+    var request: CopyPlan.Request {
+        CopyPlan.Request(strategy: strategy, reflink: reflink, sparse: sparse, directIO: directIO)
     }
 
     /// The destination opened to be written where it is (a FIFO's open

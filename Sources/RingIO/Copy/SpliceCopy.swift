@@ -19,19 +19,13 @@ import RingIOQueue
 /// Completions run on the engine's thread: each one only updates the state
 /// and submits the next requests.
 final class SpliceCopy: Sendable {
-    struct Failure: Error {
-        enum Side { case read, write }
-        let side: Side
-        let errno: Errno
-    }
-
     private struct State {
         var pending: [Range<Int64>]
         var active = 0
-        var failure: Failure?
+        var failure: IOError?
         var endedAt: Int64?
         var cancelled = false
-        var continuation: UnsafeContinuation<Failure?, Never>?
+        var continuation: UnsafeContinuation<IOError?, Never>?
         var finished = false
     }
 
@@ -94,9 +88,9 @@ final class SpliceCopy: Sendable {
 
     /// Copies every region; on task cancellation stops starting chunks and
     /// fails with `ECANCELED` once those in flight are done.
-    func run() async throws(Failure) {
+    func run() async throws(IOError) {
         let failure = await withTaskCancellationHandler {
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<Failure?, Never>) in
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<IOError?, Never>) in
                 state.withLock { $0.continuation = continuation }
                 for lane in lanes { next(lane) }
             }
@@ -109,7 +103,7 @@ final class SpliceCopy: Sendable {
     /// Starts the next chunk on `lane`, or retires the lane.
     private func next(_ lane: Lane) {
         let action = state.withLock { s -> Range<Int64>? in
-            if s.cancelled && s.failure == nil { s.failure = Failure(side: .read, errno: .canceled) }
+            if s.cancelled && s.failure == nil { s.failure = IOError(.read, path: nil, side: .source, errno: .canceled) }
             if s.failure == nil, s.endedAt == nil, let chunk = s.pending.popLast() {
                 s.active += 1
                 return chunk
@@ -124,7 +118,7 @@ final class SpliceCopy: Sendable {
     }
 
     private func finishIfIdle() {
-        let resume = state.withLock { s -> (UnsafeContinuation<Failure?, Never>, Failure?)? in
+        let resume = state.withLock { s -> (UnsafeContinuation<IOError?, Never>, IOError?)? in
             guard s.active == 0, !s.finished, let continuation = s.continuation,
                   s.pending.isEmpty || s.failure != nil || s.endedAt != nil else { return nil }
             s.finished = true
@@ -157,7 +151,7 @@ final class SpliceCopy: Sendable {
 
     private func chunkDone(_ lane: Lane, _ chunk: Range<Int64>, read: Int32, written: Int32) {
         if read < 0 {
-            return fail(lane, Failure(side: .read, errno: Errno(rawValue: -read)))
+            return fail(lane, IOError(.read, path: nil, side: .source, errno: Errno(rawValue: -read)))
         }
         if read == 0 && chunk.count > 0 {
             // EOF: the source shrank under the copy.
@@ -167,7 +161,7 @@ final class SpliceCopy: Sendable {
         // A short read broke the chain: the write was cancelled without running.
         let moved = written > 0 ? Int(written) : 0
         if written < 0 && written != -ECANCELED {
-            return fail(lane, Failure(side: .write, errno: Errno(rawValue: -written)))
+            return fail(lane, IOError(.write, path: nil, side: .destination, errno: Errno(rawValue: -written)))
         }
         drain(lane, chunk, inPipe: Int(read), moved: moved)
     }
@@ -179,7 +173,7 @@ final class SpliceCopy: Sendable {
             engine.submit(IORequest(.splice(input: lane.readEnd, inputOffset: -1, output: destination,
                                             outputOffset: offset, length: inPipe - moved), owner: lane) { [self] res in
                 if res <= 0 {
-                    return fail(lane, Failure(side: .write, errno: res < 0 ? Errno(rawValue: -res) : .noSpace))
+                    return fail(lane, IOError(.write, path: nil, side: .destination, errno: res < 0 ? Errno(rawValue: -res) : .noSpace))
                 }
                 drain(lane, chunk, inPipe: inPipe, moved: moved + Int(res))
             })
@@ -199,7 +193,7 @@ final class SpliceCopy: Sendable {
         next(lane)
     }
 
-    private func fail(_ lane: Lane, _ failure: Failure) {
+    private func fail(_ lane: Lane, _ failure: IOError) {
         state.withLock { s in
             if s.failure == nil { s.failure = failure }
             s.active -= 1
@@ -244,12 +238,7 @@ extension IO {
         } catch {
             throw IOError(.copy, path: nil, errno: error)
         }
-        do {
-            try await copy.run()
-        } catch {
-            throw error.side == .read ? IOError(.read, path: nil, side: .source, errno: error.errno)
-                : IOError(.write, path: nil, side: .destination, errno: error.errno)
-        }
+        try await copy.run()
         return copy.endedAt
     }
 }

@@ -33,120 +33,118 @@ extension FileCopier {
         if info.type == .directory {
             throw IOError(.read, path: sourcePath, side: .source, errno: .isDirectory)
         }
-        let paths = PathRequest.Paths(source: sourcePath ?? "", target: destinationPath ?? "", destination: nil)
+        let paths = PathRequest.Paths(source: sourcePath ?? "", inPlace: destinationPath ?? "")
         let (bytes, how) = try await transfer(source.rawValue, destination.rawValue, CopyFileInfo(info), paths,
                                               namesPaths: (sourcePath != nil, destinationPath != nil))
         return Outcome(bytes: bytes, strategy: how, replace: .inPlace)
     }
 
-    /// The bytes from `input` to `output`, by the strategy the files allow.
-    /// Closes neither.
+    /// The bytes from `input` to `output`: the plan's steps for these
+    /// files (`CopyPlan`), tried in order until one copies them. Closes neither.
     func transfer(_ input: Int32, _ output: Int32, _ info: CopyFileInfo, _ paths: PathRequest.Paths,
                   namesPaths: (Bool, Bool) = (true, true)) async throws(IOError) -> (Int64, Strategy) {
         let (source, destination) = (namesPaths.0 ? paths.source : nil, namesPaths.1 ? paths.shownDestination : nil)
         let readError = { (errno: Errno) in IOError(.read, path: source, side: .source, errno: errno) }
         let writeError = { (errno: Errno) in IOError(.write, path: destination, side: .destination, errno: errno) }
-        let progress = self.progress ?? { _ in }
+        /// A step's error (no path: its files are descriptors), named.
+        let named = { (error: IOError) -> IOError in
+            switch error.side {
+            case .destination: writeError(error.errno)
+            case .source: readError(error.errno)
+            case nil: IOError(.copy, path: destination, side: .destination, errno: error.errno)
+            }
+        }
         let out: Stat
         do throws(Errno) { out = try Syscall.fstat(output) } catch {
             throw IOError(.stat, path: destination, side: .destination, errno: error)
         }
-        if info.kind != .regular || out.type != .regular {
-            let bytes = try await stream(input, output, readError: readError, writeError: writeError)
-            return (bytes, .stream)
-        }
+        let plan = CopyPlan(source: info.kind, destination: out.type,
+                            fileSystem: info.kind == .regular && out.type == .regular && IO.preallocationHelps(output) ? .ext4 : .other,
+                            size: info.size, request: request)
         let size = info.size
-        if reflink != .never || strategy == .reflink {
+        // Counted per step: a step that moved nothing may give way to the next.
+        let moved = Locked<Int64>(0)
+        let userProgress = self.progress ?? { _ in }
+        let progress: @Sendable (Int) -> Void = { n in
+            moved.withLock { $0 += Int64(n) }
+            userProgress(n)
+        }
+        var regions: [Range<Int64>]?
+        for step in plan.steps {
+            if regions == nil && step != .stream && step != .reflink {
+                // The size first: holes stay holes, and the file system sees the whole extent at once.
+                do throws(Errno) { try Syscall.ftruncate(output, to: size) } catch { throw writeError(error) }
+                let mayBeSparse = (try? Syscall.fstat(input)).map { $0.blocksAllocated * 512 < size } ?? false
+                regions = sparse == .never ? (size > 0 ? [0..<size] : [])
+                    : dataRegions(of: FileDescriptor(rawValue: input), size: size, mayBeSparse: mayBeSparse)
+                // ext4 copies by splicing: the data's blocks allocated in one
+                // call first, not block by block as the writes come (see `IO.preallocate`).
+                if plan.preallocate { IO.preallocate(output, regions!) }
+            }
+            moved.withLock { $0 = 0 }
+            let endedAt: Int64?
+            do throws(IOError) {
+                endedAt = try await run(step, input, output, size: size, regions: regions ?? [], progress: progress)
+            } catch where plan.fallsThrough(from: step, errno: error.errno, moved: moved.withLock { $0 }) {
+                continue
+            } catch {
+                throw named(error)
+            }
+            if let end = endedAt {
+                do throws(Errno) { try Syscall.ftruncate(output, to: end) } catch { throw writeError(error) }
+            }
+            try await flush(output, writeError)
+            return (endedAt ?? (step == .stream ? moved.withLock { $0 } : size), step.strategy)
+        }
+        // Only a step that cannot be the last falls through: the plan's last one throws.
+        throw IOError(.copy, path: destination, side: .destination, errno: .notSupported)
+    }
+
+    /// Runs one step of the plan on the open files. Throws its error with
+    /// the side (no path) for the loop to name, but `.stream`'s, named.
+    /// - Returns: where the source ended, if it ended early (it shrank under the copy).
+    private func run(_ step: CopyPlan.Step, _ input: Int32, _ output: Int32, size: Int64, regions: [Range<Int64>],
+                     progress: @escaping @Sendable (Int) -> Void) async throws(IOError) -> Int64? {
+        let (from, to) = (FileDescriptor(rawValue: input), FileDescriptor(rawValue: output))
+        switch step {
+        case .wholeFile:
+            // Taken before the files are open (SmallFileCopy.swift); a plan
+            // made for open files never holds it for a regular file above the limit.
+            throw IOError(.copy, path: nil, errno: .invalidArgument)
+        case .stream:
+            // The bytes are what the progress counted (the loop's `moved`).
+            _ = try await stream(input, output, readError: { IOError(.read, path: nil, side: .source, errno: $0) },
+                                 writeError: { IOError(.write, path: nil, side: .destination, errno: $0) },
+                                 progress: progress)
+            return nil
+        case .reflink:
             let error = await Self.offThread { () -> Errno? in
                 do throws(Errno) { try Syscall.ficlone(output, from: input) } catch { return error }
                 return nil
             }
-            if error == nil {
-                progress(Int(size))
-                try await flush(output, writeError)
-                return (size, .reflink)
-            }
-            if reflink == .always {
-                throw IOError(.copy, path: destination, side: .destination, errno: error!)
-            }
-        }
-        // The size first: holes stay holes, and the file system sees the whole extent at once.
-        do throws(Errno) { try Syscall.ftruncate(output, to: size) } catch { throw writeError(error) }
-        let mayBeSparse = (try? Syscall.fstat(input)).map { $0.blocksAllocated * 512 < size } ?? false
-        let regions = sparse == .never ? (size > 0 ? [0..<size] : [])
-            : dataRegions(of: FileDescriptor(rawValue: input), size: size, mayBeSparse: mayBeSparse)
-        var how: Strategy = directIO || sparse == .always ? .channels
-            : [.splice, .channels].contains(strategy) ? strategy : .copyFileRange
-        var endedAt: Int64?
-        var copied = false
-        if how == .copyFileRange && IO.preallocationHelps(output) {
-            // ext4 copies by splicing: the data's blocks allocated in one
-            // call first, not block by block as the writes come (see `IO.preallocationHelps`).
-            IO.preallocate(output, regions)
-            if strategy == .automatic {
-                do throws(IOError) {
-                    // ext4's copy_file_range splices through a 64 KiB pipe; this, through 1 MiB.
-                    endedAt = try await IO.spliceFileRanges(regions, from: FileDescriptor(rawValue: input),
-                                                            to: FileDescriptor(rawValue: output), progress: progress)
-                    (how, copied) = (.splice, true)
-                } catch where error.operation == .copy {
-                    // Nothing copied: copy_file_range, and its fallbacks, next.
-                } catch {
-                    throw error.side == .destination ? writeError(error.errno) : readError(error.errno)
-                }
-            }
-        }
-        if how == .copyFileRange && !copied {
-            do throws(IOError) {
-                // One call at a time, as cp (more lanes only queue on the
-                // destination's inode lock); 64 MiB each, for the progress.
-                endedAt = try await IO.copyFileRange(regions, from: FileDescriptor(rawValue: input),
-                                                     to: FileDescriptor(rawValue: output), chunk: 64 << 20, lanes: 1,
-                                                     progress: progress)
-            } catch where error.operation == .copy {
-                how = .splice  // file systems that cannot: spliced through pipes, or else the channels
-            } catch {
-                throw error.side == .destination ? writeError(error.errno) : readError(error.errno)
-            }
-        }
-        if how == .splice && !copied {
-            let moved = Locked(0)
-            do throws(IOError) {
-                // 4 lanes of 1 MiB pipes: measured best here (2 or 8 lanes no better; 4 MiB pipes 2× slower).
-                endedAt = try await IO.copyRanges(regions, from: FileDescriptor(rawValue: input),
-                                                  to: FileDescriptor(rawValue: output), engine: engine) { n in
-                    moved.withLock { $0 += n }
-                    progress(n)
-                }
-            } catch where moved.withLock({ $0 }) == 0
-                            && [.invalidArgument, .notSupported, .noFunction].contains(error.errno) {
-                how = .channels  // a file system that cannot splice: the channels can
-            } catch where error.side == nil {
-                throw IOError(.copy, path: destination, side: .destination, errno: error.errno)
-            } catch {
-                throw error.side == .destination ? writeError(error.errno) : readError(error.errno)
-            }
-        }
-        if how == .channels {
+            if let error { throw IOError(.copy, path: nil, errno: error) }
+            progress(Int(size))
+            return nil
+        case .preallocatedSplice:
+            // ext4's copy_file_range splices through a 64 KiB pipe; this, through 1 MiB.
+            return try await IO.spliceFileRanges(regions, from: from, to: to, progress: progress)
+        case .copyFileRange:
+            // One call at a time, as cp (more lanes only queue on the
+            // destination's inode lock); 64 MiB each, for the progress.
+            return try await IO.copyFileRange(regions, from: from, to: to, chunk: 64 << 20, lanes: 1, progress: progress)
+        case .ringSplice:
+            // 4 lanes of 1 MiB pipes: measured best here (2 or 8 lanes no better; 4 MiB pipes 2× slower).
+            return try await IO.copyRanges(regions, from: from, to: to, engine: engine, progress: progress)
+        case .channels:
             // A random channel's offsets count from the fd's position when it
             // is made (as in dispatch I/O); SEEK_DATA/SEEK_HOLE moved it.
             _ = try? Syscall.lseek(input, 0, SEEK_SET)
             _ = try? Syscall.lseek(output, 0, SEEK_SET)
-            let copy = ChannelRangeCopy(source: FileDescriptor(rawValue: input), destination: FileDescriptor(rawValue: output),
-                                        regions: regions, direct: directIO, holes: sparse == .always, engine: engine,
-                                        progress: progress)
-            do throws(CopyFailure) {
-                try await copy.run()
-            } catch {
-                throw error.side == .read ? readError(error.errno) : writeError(error.errno)
-            }
-            endedAt = copy.endedAt
+            let copy = ChannelRangeCopy(source: from, destination: to, regions: regions, direct: directIO,
+                                        holes: sparse == .always, engine: engine, progress: progress)
+            try await copy.run()
+            return copy.endedAt
         }
-        if let end = endedAt {
-            do throws(Errno) { try Syscall.ftruncate(output, to: end) } catch { throw writeError(error) }
-        }
-        try await flush(output, writeError)
-        return (endedAt ?? size, how)
     }
 
     /// With `sync: .beforeRename`, `fsync` through the engine.
@@ -162,7 +160,8 @@ extension FileCopier {
     /// outstanding, each byte written once, in order. Returns once both
     /// channels are closed (the descriptors stay open).
     func stream(_ input: Int32, _ output: Int32, readError: (Errno) -> IOError,
-                writeError: (Errno) -> IOError) async throws(IOError) -> Int64 {
+                writeError: (Errno) -> IOError,
+                progress: @escaping @Sendable (Int) -> Void) async throws(IOError) -> Int64 {
         let closed = IOGroup()
         closed.enter()
         closed.enter()
@@ -170,7 +169,6 @@ extension FileCopier {
                                engine: engine) { _ in closed.leave() }
         let reader = IOChannel(kind: .stream, fileDescriptor: FileDescriptor(rawValue: input), queue: .global,
                                engine: engine) { _ in closed.leave() }
-        let progress = self.progress
         // Up to four writes outstanding (the writer pipelines them), two
         // chunks read ahead: about 6 MiB in buffers, whatever the file size.
         let window = WriteWindow(limit: 4)
@@ -193,7 +191,7 @@ extension FileCopier {
             writer.core.submit(direction: .write, offset: 0, length: count, data: chunk, queue: writer.core.queue,
                                options: OperationOptions(inline: true)) { done, _, error in
                 if done {
-                    if error == nil { progress?(count) }
+                    if error == nil { progress(count) }
                     window.release(error)
                 }
             }

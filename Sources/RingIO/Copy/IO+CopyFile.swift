@@ -26,6 +26,29 @@ extension IO {
         /// source's. An existing file that is truncated keeps its own.
         public var permissions: FilePermissions?
 
+        /// What of the source's metadata the copy also takes (`[]` by
+        /// default: the bytes, and the permission bits under the umask).
+        /// `copyItem` applies it to every file, symlink and directory of a
+        /// tree (a directory's times once its entries are copied).
+        public var preserve: Preserved = []
+
+        /// Metadata a copy may take from its source, beyond the bytes.
+        public struct Preserved: OptionSet, Sendable, Hashable {
+            public let rawValue: UInt8
+            public init(rawValue: UInt8) { self.rawValue = rawValue }
+            /// The permission bits exactly (set-user-ID, set-group-ID and
+            /// sticky included), the umask not applied (`cp -p`).
+            public static let permissions = Preserved(rawValue: 1 << 0)
+            /// The access and modification times.
+            public static let times = Preserved(rawValue: 1 << 1)
+            /// The owner and group, where permitted: the owner needs
+            /// `CAP_CHOWN` (root), the group that the caller belongs to it;
+            /// what is not permitted (`EPERM`) is left, as `cp -p` does.
+            public static let owner = Preserved(rawValue: 1 << 2)
+            /// Permissions, times and owner (`cp -p`).
+            public static let all: Preserved = [.permissions, .times, .owner]
+        }
+
         /// Options for `copyFile(from:to:options:engine:)`; each is described on its property.
         public init(atomically: Bool = false, exclusive: Bool = false, permissions: FilePermissions? = nil) {
             self.atomically = atomically
@@ -39,49 +62,6 @@ extension IO {
     /// plain system calls): one hand-off in, one completion out, or none
     /// when the awaiting task already runs on a worker of `IOQueue.global`.
     public static let smallFileLimit = 256 << 10
-
-    /// A free name beside `path` for a temporary file:
-    /// `.name.ringio-PID-XXXX` in the same directory (PID: this process, in
-    /// decimal; XXXX: random), so that a rename onto `path` is atomic and
-    /// `removeStaleTemporaries(beside:)` can tell whose it is.
-    ///
-    /// - Returns: `nil` when `path` has no last component.
-    public static func temporaryPath(beside path: FilePath) -> FilePath? {
-        guard let name = path.lastComponent else { return nil }
-        let random = UInt64.random(in: 0 ... .max)
-        return path.removingLastComponent()
-            .appending(".\(name.string).ringio-\(Syscall.getpid())-\(String(random, radix: 36))")
-    }
-
-    /// Removes the temporary files beside `path` that a process killed
-    /// before it could rename or remove them left behind (`IO.writeFile` with
-    /// `atomically`, `IO.copyFile` with `atomically`, ringcp): the names
-    /// `temporaryPath(beside: path)` makes, whose creating process no longer
-    /// exists. A temporary of a live process (this one included) is never
-    /// touched. `IO.writeFile` calls this before it writes.
-    ///
-    /// - Returns: the number of files removed (0 when the directory cannot be read).
-    @discardableResult
-    public static func removeStaleTemporaries(beside path: FilePath) -> Int {
-        guard let name = path.lastComponent else { return 0 }
-        let directory = path.removingLastComponent()
-        let prefix = ".\(name.string).ringio-"
-        guard let names = try? Syscall.directoryEntries(directory.isEmpty ? "." : directory) else { return 0 }
-        var stale: [String] = []
-        for entryName in names {
-            guard entryName.hasPrefix(prefix) else { continue }
-            // PID-XXXX: the PID in decimal, then a random tag in base 36.
-            let rest = entryName.dropFirst(prefix.count).split(separator: "-", maxSplits: 1)
-            guard rest.count == 2, let pid = pid_t(rest[0]), pid > 0, !rest[1].isEmpty,
-                  rest[1].allSatisfy({ $0.isASCII && ($0.isNumber || $0.isLowercase) }) else { continue }
-            if !Syscall.processExists(pid) { stale.append(entryName) }
-        }
-        var removed = 0
-        for entryName in stale where (try? Syscall.unlink(directory.appending(entryName))) != nil {
-            removed += 1
-        }
-        return removed
-    }
 
     /// Copies the file at `source` to `destination` (created or truncated,
     /// with the source's permission bits), reading ahead at most two chunks
@@ -131,6 +111,7 @@ extension IO {
         copier.replace = options.atomically ? .atomic : .inPlace
         copier.exclusive = options.exclusive
         copier.permissions = options.permissions
+        copier.preserve = options.preserve
         return try await copier.copy(from: source, to: destination).bytes
     }
 }
@@ -162,8 +143,27 @@ enum PathRequest {
         let source: FilePath
         /// Where the bytes are written.
         let target: FilePath
+        /// The temporary `target` and its rename onto the destination at
+        /// the end; nil: written in place, no rename.
+        let atomic: AtomicReplace?
+
+        /// A copy into `replace`'s temporary, renamed at the end.
+        init(source: FilePath, replacing replace: AtomicReplace) {
+            self.source = source
+            target = replace.temporary
+            atomic = replace
+        }
+
+        /// A copy written where it goes (`target`: the destination, or a
+        /// name only shown in errors).
+        init(source: FilePath, inPlace target: FilePath) {
+            self.source = source
+            self.target = target
+            atomic = nil
+        }
+
         /// Where `target` is renamed to at the end; nil: no rename.
-        let destination: FilePath?
+        var destination: FilePath? { atomic?.destination }
 
         /// The destination the caller named, for errors.
         var shownDestination: FilePath { destination ?? target }
@@ -306,13 +306,5 @@ enum PathRequest {
             if let target { try? Syscall.unlink(target) }
             then()
         }
-    }
-
-    static func rename(engine: IOEngine, from old: FilePath, to new: FilePath, noReplace: Bool) async throws(Errno) {
-        let box = RequestMemory(paths: [old, new])
-        let res = await box.perform(engine: engine, .renameat(oldDirectory: AT_FDCWD, oldPath: box.paths[0],
-                                                              newDirectory: AT_FDCWD, newPath: box.paths[1],
-                                                              flags: noReplace ? UInt32(RENAME_NOREPLACE) : 0))
-        if res < 0 { throw Errno(rawValue: -res) }
     }
 }

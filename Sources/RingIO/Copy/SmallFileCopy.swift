@@ -11,8 +11,9 @@ import RingIOData
 import RingIOQueue
 @_spi(Engine) import RingIOEngine
 
-/// The small-file path of `IO.copyFile` as plain system calls on one
-/// worker of `IOQueue.global`: one hand-off in, one completion out.
+/// The small-file path of every copy (`CopyPlan.Step.wholeFile`) as plain
+/// system calls on one worker of `IOQueue.global`: one hand-off in, one
+/// completion out.
 ///
 /// ```
 ///  caller      pool worker
@@ -24,31 +25,39 @@ import RingIOQueue
 /// ```
 ///
 /// io_uring runs every path operation (statx, open, rename) on its io-wq
-/// workers, so the ring's chain crossed threads at each of them (7
+/// workers, so a ring chain crossed threads at each of them (7
 /// `io_uring_enter` and 7–10 futex calls per copy); here the whole copy is
 /// one worker's run of about ten system calls. A regular file larger than
 /// `IO.smallFileLimit` (or a copy that asked for another strategy) comes
 /// back open, for `FileCopier`'s general path. A source or an existing
-/// destination that is not a regular file is left to the engine's path
-/// (`SmallFileCopy`), untouched: its open may wait (a FIFO) or have
+/// destination that is not a regular file is left to the engine's opens
+/// (`PathRequest.openPair`), untouched: its open may wait (a FIFO) or have
 /// effects (a device), which a pool worker must not take on.
-extension SmallFileCopy {
+enum SmallFileCopy {
+    enum Outcome: Sendable {
+        case copied(Int64)
+        case failed(IOError)
+        /// Not a small regular file: both are open, for the general path.
+        case notSmall(PathRequest.Pair)
+        /// The source grew past the small-file limit while read (its stat
+        /// said 0 bytes: procfs): both files are closed, nothing is left
+        /// behind (when the copy created its file), and the caller copies
+        /// again by the general path.
+        case changed
+    }
+
     /// Runs the copy on a pool worker. `nil`: not regular files; take the
     /// engine's path (nothing was opened or created).
-    static func blocking(_ paths: PathRequest.Paths, permissions: FilePermissions?, createNew: Bool, noReplace: Bool,
-                         chain: Bool, sync: Bool, readable: Bool) async -> Outcome? {
+    static func blocking(_ paths: PathRequest.Paths, permissions: FilePermissions?, createNew: Bool,
+                         request: CopyPlan.Request, preserve: IO.CopyOptions.Preserved, sync: Bool,
+                         readable: Bool) async -> Outcome? {
+        let copy = BlockingCopy(paths: paths, permissions: permissions, createNew: createNew,
+                                request: request, preserve: preserve, sync: sync, readable: readable)
         // Already on a thread that may block (a worker of `IOQueue.global`,
         // where the hop would go anyway, or one that said so): here, no hop.
-        if BlockingCalls.allowedHere || IOQueue.global.isCurrent {
-            return BlockingCopy(paths: paths, permissions: permissions, createNew: createNew, noReplace: noReplace,
-                                chain: chain, sync: sync, readable: readable).run()
-        }
+        if BlockingCalls.allowedHere || IOQueue.global.isCurrent { return copy.run() }
         return await withUnsafeContinuation { continuation in
-            IOQueue.global.async {
-                let copy = BlockingCopy(paths: paths, permissions: permissions, createNew: createNew, noReplace: noReplace,
-                                        chain: chain, sync: sync, readable: readable)
-                continuation.resume(returning: copy.run())
-            }
+            IOQueue.global.async { continuation.resume(returning: copy.run()) }
         }
     }
 }
@@ -73,12 +82,12 @@ package enum BlockingCalls {
 }
 
 /// One small copy's system calls, in order, on the calling thread.
-private struct BlockingCopy {
+private struct BlockingCopy: Sendable {
     let paths: PathRequest.Paths
     let permissions: FilePermissions?
     let createNew: Bool
-    let noReplace: Bool
-    let chain: Bool
+    let request: CopyPlan.Request
+    let preserve: IO.CopyOptions.Preserved
     let sync: Bool
     let readable: Bool
 
@@ -181,11 +190,11 @@ private struct BlockingCopy {
             }
         }
         let size = Int(sourceStatus.size)
-        guard chain && size <= IO.smallFileLimit else {
+        guard CopyPlan.copiesWhole(size: Int64(size), request: request) else {
             return .notSmall(PathRequest.Pair(info: CopyFileInfo(sourceStatus), input: input, output: output,
                                               destinationKind: destinationKind, created: created))
         }
-        return copy(input, output, size: size, removingOnFailure: created)
+        return copy(input, output, size: size, source: sourceStatus, removingOnFailure: created)
     }
 
     private var sameFileError: SmallFileCopy.Outcome {
@@ -194,7 +203,8 @@ private struct BlockingCopy {
 
     /// Reads the source whole, writes it, closes both, renames; on failure
     /// closes both and removes the target if `created`.
-    private func copy(_ input: Int32, _ output: Int32, size: Int, removingOnFailure created: Bool) -> SmallFileCopy.Outcome {
+    private func copy(_ input: Int32, _ output: Int32, size: Int, source status: Stat,
+                      removingOnFailure created: Bool) -> SmallFileCopy.Outcome {
         var open = (input: true, output: true)
         func fail(_ outcome: SmallFileCopy.Outcome) -> SmallFileCopy.Outcome {
             if open.input { Syscall.closeIgnoringErrors(input) }
@@ -235,6 +245,11 @@ private struct BlockingCopy {
             if n == 0 { return fail(destinationError(.write, .ioError)) }
             written += n
         }
+        if !preserve.isEmpty {
+            do throws(Errno) { try AttributeCopy.apply(preserve, from: status, to: output) } catch {
+                return fail(destinationError(.setAttributes, error))
+            }
+        }
         if sync {
             do throws(Errno) { try Syscall.fsync(output) } catch { return fail(destinationError(.write, error)) }
         }
@@ -242,8 +257,8 @@ private struct BlockingCopy {
         do throws(Errno) { try Syscall.close(input) } catch { return fail(sourceError(.close, error)) }
         open.output = false
         do throws(Errno) { try Syscall.close(output) } catch { return fail(destinationError(.close, error)) }
-        if let destination = paths.destination {
-            do throws(Errno) { try Syscall.rename(paths.target, to: destination, noReplace: noReplace) } catch {
+        if let atomic = paths.atomic {
+            do throws(Errno) { try atomic.commit() } catch {
                 return fail(destinationError(.rename, error))
             }
         }
