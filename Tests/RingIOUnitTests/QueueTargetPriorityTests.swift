@@ -196,6 +196,27 @@ struct QueueTargetPriorityTests {
         #expect(waitUntil { inFlight.load(ordering: .relaxed) == 0 })
     }
 
+    @Test(".background jobs that wait for a later .background job still finish (the width widens)")
+    func blockedBackgroundWidens() {
+        // `.background` runs on at most `backgroundWidth` workers: fill them
+        // with jobs that wait for the job queued behind them.
+        let width = Swift.max(1, WorkerPool.shared.baseThreads - 1)
+        let release = IOSemaphore(value: 0)
+        let done = Latch(count: width + 1)
+        let low = IOQueue.global(priority: .background)
+        for _ in 0..<width {
+            low.async {
+                release.wait()
+                done.signal()
+            }
+        }
+        low.async {
+            for _ in 0..<width { release.signal() }
+            done.signal()
+        }
+        #expect(done.wait(timeout: .seconds(300)))
+    }
+
     @Test("getSpecific: the instance reads the queue's own; the static reads the running queue's, then its targets'")
     func specifics() {
         let key = IOQueue.SpecificKey<String>()
