@@ -1,6 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import RingIOBase
 import Synchronization
 
@@ -64,11 +61,7 @@ public final class IOSemaphore: Sendable {
     /// `spinNanoseconds` costs no futex sleep and wake-up (paused while the
     /// machine is busy: see `IdleSpin`).
     private static let spin = IdleSpin(budget: IOSemaphore.spinNanoseconds)
-    static let spinNanoseconds: UInt64 = {
-        // TEMPORARY experiment knob (removed before merge).
-        if let raw = getenv("RINGIO_SEMAPHORE_SPIN_NS"), let v = UInt64(String(cString: raw)) { return v }
-        return 20_000
-    }()
+    static let spinNanoseconds: UInt64 = 20_000
 
     private let lock = PlainLock()
     // Read and written only with `lock` held.

@@ -30,28 +30,21 @@ package enum TimerServices {
 /// (started by the first `arm`) sleeps until the earliest deadline of a
 /// binary min-heap and fires what is due.
 ///
-/// `arm` is O(1) for the caller: it stores the closure in a slot and appends
-/// a plain 24-byte entry (deadline, arming order, token) to an inbox; the
-/// timer thread moves the inbox into its heap (O(log n) each), which only
-/// that thread touches. The lock guards the slots and the inbox, for a few
-/// instructions at a time: a thread arming 100,000 timers in a loop leaves
-/// it free most of the time, and the timer thread is never kept from firing
-/// by the arming. (With the heap under the one lock, the arming thread
-/// re-took the lock back to back and, beside two busy threads, the timer
-/// thread fired nothing until the arming was over: 10x Dispatch's lateness.)
-/// `cancel` is O(1): the token names the slot of the timer's closure, so a
-/// cancel frees the slot at once and its heap entry is dropped when it comes
-/// up, or when cancelled entries are more than half the heap (the heap is
-/// then rebuilt without them, O(n) for n/2 cancels). So 100,000 pending
-/// timers cost what ten do per call, and no thread each. A timer never
-/// fires before its deadline: the thread sleeps on CLOCK_MONOTONIC and
-/// checks `ContinuousClock.now` (CLOCK_BOOTTIME on Linux) again before
-/// firing. `leeway` is accepted and not used: the fallback fires as soon as
-/// it can.
+/// `arm` is O(log n) in the number of pending timers and `cancel` O(1)
+/// amortized: the token names the slot of the timer's closure, so a cancel
+/// frees the slot at once and its heap entry is dropped when it comes up,
+/// or when cancelled entries are more than half the heap (the heap is then
+/// rebuilt without them, O(n) for n/2 cancels). The heap holds plain 24-byte
+/// entries (deadline, arming order, token): sifting retains nothing. So 100,000 pending
+/// timers cost what ten do per call, and no thread each. (Entries holding
+/// the closure, with a token-to-slot dictionary updated on every sift, cost
+/// 2x the CPU of Dispatch's `asyncAfter` for 100,000 one-shots.) A timer never fires before
+/// its deadline: the thread sleeps on CLOCK_MONOTONIC and checks
+/// `ContinuousClock.now` (CLOCK_BOOTTIME on Linux) again before firing.
+/// `leeway` is accepted and not used: the fallback fires as soon as it can.
 package final class FallbackTimerService: TimerService, @unchecked Sendable {
-    // @unchecked: the `var`s above "the timer thread's own" are read and
-    // written only with `lock` held; `heap`, `incoming` and
-    // `cancelledInHeap` only by the timer thread.
+    // @unchecked: every stored `var` is read and written only with `lock`
+    // held.
     /// A heap entry: plain data (24 bytes, no reference to retain or
     /// release while the heap sifts). `id` is the token: the slot of the
     /// timer's closure in its low 32 bits, the slot's generation above.
@@ -70,6 +63,7 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
 
     private let lock = ConditionLock()
     private let epoch = ContinuousClock.now
+    private var heap: [Entry] = []
     /// The closures of the live timers, by slot; `nil`: a free slot.
     private var fires: [(@Sendable () -> Void)?] = []
     /// Each slot's generation: bumped when the slot is freed, so a stale
@@ -78,20 +72,11 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
     private var freeSlots: [Int] = []
     private var liveCount = 0
     private var armed: UInt64 = 0
-    /// Entries armed since the timer thread last looked.
-    private var inbox: [Entry] = []
-    /// Cancels since the timer thread last looked.
-    private var newlyCancelled = 0
-    private var threadStarted = false
-    /// The deadline the timer thread sleeps until (`Int64.max`: no timer);
-    /// `nil` while it is awake (it looks at the inbox before it sleeps).
-    private var sleepingUntil: Int64?
-
-    // The timer thread's own.
-    private var heap: [Entry] = []
-    private var incoming: [Entry] = []
-    /// Heap entries whose timer was cancelled (or fired from another entry).
+    /// Heap entries whose timer was cancelled.
     private var cancelledInHeap = 0
+    private var threadStarted = false
+    /// The deadline the thread sleeps until (`nil`: no timer, or firing).
+    private var sleepingUntil: Int64?
 
     package init() {}
 
@@ -122,14 +107,13 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
             liveCount += 1
             let id = UInt64(generations[slot]) << 32 | UInt64(slot)
             armed &+= 1
-            inbox.append(Entry(when: when, sequence: armed, id: id))
+            heap.append(Entry(when: when, sequence: armed, id: id))
+            siftUp(heap.count - 1)
             if !threadStarted {
                 threadStarted = true
                 start = true
-            } else if let until = sleepingUntil, when < until {
-                // Earlier than the thread sleeps until: wake it to sleep
-                // less. (Once: later arms before it wakes see the new bound.)
-                sleepingUntil = when
+            } else if heap[0].id == id, sleepingUntil.map({ when < $0 }) ?? true {
+                // The new earliest deadline: wake the thread to sleep less.
                 lock.signal()
             }
             return id
@@ -145,7 +129,8 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
     package func cancel(_ token: TimerToken) -> Bool {
         lock.withLock {
             guard take(token.id) != nil else { return false }
-            newlyCancelled += 1
+            cancelledInHeap += 1
+            if cancelledInHeap > 64 && cancelledInHeap * 2 > heap.count { compact() }
             return true
         }
     }
@@ -174,31 +159,11 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
     private func run() {
         let clock = ContinuousClock()
         let batch = DeliveryBatch()
-        var dueIDs: [UInt64] = []
-        var due: [@Sendable () -> Void] = []
         lock.lock()
         while true {
-            if !inbox.isEmpty {
-                // Take the inbox (a swap), sift it into the heap unlocked.
-                swap(&inbox, &incoming)
-                cancelledInHeap += newlyCancelled
-                newlyCancelled = 0
-                lock.unlock()
-                for entry in incoming {
-                    heap.append(entry)
-                    siftUp(heap.count - 1)
-                }
-                incoming.removeAll(keepingCapacity: true)
-                lock.lock()
-                continue
-            }
-            cancelledInHeap += newlyCancelled
-            newlyCancelled = 0
-            if cancelledInHeap > 64 && cancelledInHeap * 2 > heap.count { compact() }
             guard let first = heap.first else {
-                sleepingUntil = Int64.max
-                lock.wait()
                 sleepingUntil = nil
+                lock.wait()
                 continue
             }
             let now = nanoseconds(clock.now)
@@ -208,36 +173,29 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
                 // runs; the loop checks the continuous clock again on waking.
                 let wait = UInt64(first.when - now)
                 _ = lock.wait(untilNanoseconds: monotonicNanoseconds() &+ wait)
-                sleepingUntil = nil
                 continue
             }
-            // Everything due now, in deadline order: the entries leave the
-            // heap unlocked, their closures are taken in one locked step and
-            // fired outside the lock (a `fire` may arm or cancel).
-            lock.unlock()
+            sleepingUntil = nil
+            // Everything due now, in deadline order, fired outside the lock
+            // (a `fire` may arm or cancel).
+            var due: [@Sendable () -> Void] = []
             while let head = heap.first, head.when <= now {
-                dueIDs.append(head.id)
-                removeFirst()
-            }
-            lock.lock()
-            for id in dueIDs {
-                if let fire = take(id) {
+                if let fire = take(head.id) {
                     due.append(fire)
                 } else {
                     cancelledInHeap -= 1
                 }
+                removeFirst()
             }
             lock.unlock()
-            dueIDs.removeAll(keepingCapacity: true)
             // The work the fires enqueue goes to the pool in one batch (one
             // pool lock and wake-up per batch, not per timer).
             batch.collect { for fire in due { fire() } }
-            due.removeAll(keepingCapacity: true)
             lock.lock()
         }
     }
 
-    // MARK: - the heap (the timer thread's)
+    // MARK: - the heap (under the lock)
 
     private func removeFirst() {
         let last = heap.removeLast()
@@ -248,7 +206,7 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
     }
 
     /// Drops the cancelled entries and restores the heap order (Floyd's
-    /// bottom-up build, O(n)). With the lock held (it reads the slots).
+    /// bottom-up build, O(n)).
     private func compact() {
         heap.removeAll { !isLive($0.id) }
         cancelledInHeap = 0
