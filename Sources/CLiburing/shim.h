@@ -25,6 +25,9 @@
 #include <sys/uio.h>
 #include <errno.h>
 #include <sys/vfs.h>
+#include <linux/futex.h>
+#include <stdint.h>
+#include <time.h>
 
 static inline unsigned cliburing_iosqe_fixed_file(void) { return IOSQE_FIXED_FILE; }
 static inline unsigned cliburing_iosqe_io_drain(void) { return IOSQE_IO_DRAIN; }
@@ -111,6 +114,17 @@ static inline void cliburing_sqe_use_fixed_file(struct io_uring_sqe *sqe) { sqe-
 
 /// Names the calling thread (what ps, top and gdb show); at most 15 bytes are kept.
 static inline void cliburing_set_thread_name(const char *name) { prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0); }
+/// futex(FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG): sleeps while `*word == expected`
+/// until a wake, a signal or the absolute CLOCK_MONOTONIC `deadline` (NULL: none);
+/// 0, or -1 with errno set (EAGAIN: the word differed; ETIMEDOUT; EINTR).
+static inline int cliburing_futex_wait(uint32_t *word, uint32_t expected, const struct timespec *deadline) {
+    return (int)syscall(SYS_futex, word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, deadline, NULL, FUTEX_BITSET_MATCH_ANY);
+}
+/// futex(FUTEX_WAKE | FUTEX_PRIVATE_FLAG): wakes up to `count` threads asleep on
+/// `word`; how many it woke, or -1 with errno set.
+static inline int cliburing_futex_wake(uint32_t *word, int count) {
+    return (int)syscall(SYS_futex, word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, count, NULL, NULL, 0);
+}
 /// The calling thread's kernel thread ID (equal to the process ID on the main thread).
 static inline int cliburing_gettid(void) { return (int)syscall(SYS_gettid); }
 

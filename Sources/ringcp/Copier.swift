@@ -18,6 +18,8 @@ final class Copier: Sendable {
     /// The working directory, for the library calls, which take absolute paths.
     private let cwd: FilePath
     let state = Mutex(State())
+    /// The small-file copies that may run at once (`--jobs`): one count per copy.
+    private let slots: IOSemaphore
 
     struct State {
         var failed = false
@@ -39,6 +41,7 @@ final class Copier: Sendable {
         let mask = Glibc.umask(0)
         _ = Glibc.umask(mask)
         umask = mask
+        slots = IOSemaphore(value: max(1, settings.jobs))
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         cwd = getcwd(&buffer, buffer.count) != nil
             ? buffer.withUnsafeBufferPointer { FilePath(platformString: $0.baseAddress!) } : "/"
@@ -101,17 +104,15 @@ final class Copier: Sendable {
     }
 
     func copy(_ operands: [Operand]) async {
-        await withTaskGroup(of: Void.self) { group in
-            var running = 0
+        await withDiscardingTaskGroup { group in
             for operand in operands {
                 if Task.isCancelled {
                     state.withLock { $0.interrupted = true }
                     break
                 }
                 await copyItem(operand.source, to: operand.destination, follow: operand.follow, inNewDirectory: false,
-                               alone: operands.count == 1, group: &group, running: &running)
+                               alone: operands.count == 1, group: &group)
             }
-            await group.waitForAll()
         }
         // A signal that came once every copy was done (a file renamed into
         // place) interrupted nothing: `interrupted` says only what was cut short.
@@ -138,7 +139,7 @@ final class Copier: Sendable {
     ///   file is copied in this task, not a child task of its own (a task and
     ///   a thread hop less to start with).
     private func copyItem(_ source: FilePath, to destination: FilePath, follow: Bool, inNewDirectory: Bool,
-                          alone: Bool = false, group: inout TaskGroup<Void>, running: inout Int) async {
+                          alone: Bool = false, group: inout DiscardingTaskGroup) async {
         let status: FileStatus
         do throws(Errno) {
             status = try FileStatus.of(source, followingSymlinks: follow)
@@ -165,7 +166,7 @@ final class Copier: Sendable {
         case .directory:
             guard settings.recursive else { return report("-r not specified; omitting directory '\(source)'") }
             await copyDirectory(source, status, to: destination, inNewDirectory: inNewDirectory,
-                                group: &group, running: &running)
+                                group: &group)
         case .symlink:
             copySymlink(source, status, to: destination, inNewDirectory: inNewDirectory)
         case .regular:
@@ -173,12 +174,18 @@ final class Copier: Sendable {
             // A file with other names (-a, -d) is copied before its second name is linked to the copy.
             let linked = settings.preserve.contains(.links) && (status.links > 1 || follow)
             if status.size <= Int64(IO.smallFileLimit) && !linked && !alone {
-                while running >= settings.jobs {
-                    await group.next()
-                    running -= 1
+                // A free slot, or a wait for a running copy to end.
+                do {
+                    try await slots.wait()
+                } catch {
+                    // A signal cancelled the walk: this copy does not start.
+                    state.withLock { $0.interrupted = true }
+                    return
                 }
-                running += 1
-                group.addTask { await self.copyFile(source, status, plan) }
+                group.addTask {
+                    await self.copyFile(source, status, plan)
+                    self.slots.signal()
+                }
             } else {
                 await copyFile(source, status, plan)
             }
@@ -192,7 +199,7 @@ final class Copier: Sendable {
     }
 
     private func copyDirectory(_ source: FilePath, _ status: FileStatus, to destination: FilePath, inNewDirectory: Bool,
-                               group: inout TaskGroup<Void>, running: inout Int) async {
+                               group: inout DiscardingTaskGroup) async {
         var existing: FileStatus?
         do throws(Errno) {
             existing = inNewDirectory ? nil : try FileStatus.ifPresent(destination, followingSymlinks: false)
@@ -248,7 +255,7 @@ final class Copier: Sendable {
                 return
             }
             await copyItem(joined(source, name), to: joined(destination, name), follow: settings.dereference == .always,
-                           inNewDirectory: existing == nil, group: &group, running: &running)
+                           inNewDirectory: existing == nil, group: &group)
         }
     }
 

@@ -126,29 +126,31 @@ struct LibdispatchPortTests {
 
     @Test("dispatch_priority: under a flood on every priority, higher priorities finish more work first")
     func priority() {
-        let workers = WorkerPool.shared.baseThreads
-        let perPriority = 30 * workers
-        let finishedFirstHalf = Locked([Int](repeating: 0, count: 5))
-        let finished = Atomic<Int>(0)
-        let total = perPriority * 5
-        let done = Latch(count: total)
-        // Interleaved, as the C test's loops: submitting takes far less
-        // than one item's 500 µs, so nearly all wait in the pool at once.
-        for _ in 0..<perPriority {
-            for priority in IOQueue.Priority.allCases {
-                IOQueue.global(priority: priority).async {
-                    spin(microseconds: 500)
-                    if finished.add(1, ordering: .relaxed).newValue <= total / 2 {
-                        finishedFirstHalf.withLock { $0[priority.rawValue] += 1 }
+        priorityFloods.withLock {
+            let workers = WorkerPool.shared.baseThreads
+            let perPriority = 30 * workers
+            let finishedFirstHalf = Locked([Int](repeating: 0, count: 5))
+            let finished = Atomic<Int>(0)
+            let total = perPriority * 5
+            let done = Latch(count: total)
+            // Interleaved, as the C test's loops: submitting takes far less
+            // than one item's 500 µs, so nearly all wait in the pool at once.
+            for _ in 0..<perPriority {
+                for priority in IOQueue.Priority.allCases {
+                    IOQueue.global(priority: priority).async {
+                        spin(microseconds: 500)
+                        if finished.add(1, ordering: .relaxed).newValue <= total / 2 {
+                            finishedFirstHalf.withLock { $0[priority.rawValue] += 1 }
+                        }
+                        done.signal()
                     }
-                    done.signal()
                 }
             }
+            #expect(done.wait(timeout: .seconds(60)))
+            let counts = finishedFirstHalf.withLock { $0 }
+            // As the C test: the highest level got more done than the lowest.
+            #expect(counts[4] > counts[0], "first half by priority, low to high: \(counts)")
+            #expect(counts[0] > 0, ".background made progress: \(counts)")
         }
-        #expect(done.wait(timeout: .seconds(60)))
-        let counts = finishedFirstHalf.withLock { $0 }
-        // As the C test: the highest level got more done than the lowest.
-        #expect(counts[4] > counts[0], "first half by priority, low to high: \(counts)")
-        #expect(counts[0] > 0, ".background made progress: \(counts)")
     }
 }

@@ -10,6 +10,12 @@ func spin(microseconds: UInt64) {
     while monotonicNanoseconds() < end {}
 }
 
+/// Held by the tests that flood the shared pool's priority levels (here and
+/// in LibdispatchPortTests), one at a time: `.background` runs on fewer
+/// workers than the pool has, and one test's `.background` flood queued
+/// ahead of another's item would time the wrong thing.
+let priorityFloods = PlainLock()
+
 @Suite("IOQueue targets, priorities, specifics, barriers, groups")
 struct QueueTargetPriorityTests {
     @Test("two serial queues targeting one serial queue run one item at a time, each in FIFO order")
@@ -137,63 +143,90 @@ struct QueueTargetPriorityTests {
 
     @Test("under a CPU-bound .background flood a .userInitiated item starts ahead of the queued flood")
     func higherPriorityStartsFirst() {
-        let workers = WorkerPool.shared.baseThreads
-        let flood = 40 * workers
-        let started = Atomic<Int>(0)
-        let done = Latch(count: flood + 1)
-        let low = IOQueue.global(priority: .background)
-        let high = IOQueue.global(priority: .userInitiated)
-        for _ in 0..<flood {
-            low.async {
-                started.add(1, ordering: .relaxed)
-                spin(microseconds: 2_000)
+        priorityFloods.withLock {
+            let workers = WorkerPool.shared.baseThreads
+            let flood = 40 * workers
+            let started = Atomic<Int>(0)
+            let done = Latch(count: flood + 1)
+            let low = IOQueue.global(priority: .background)
+            let high = IOQueue.global(priority: .userInitiated)
+            for _ in 0..<flood {
+                low.async {
+                    started.add(1, ordering: .relaxed)
+                    spin(microseconds: 2_000)
+                    done.signal()
+                }
+            }
+            let before = started.load(ordering: .relaxed)
+            let startedBeforeHigh = Atomic<Int>(-1)
+            high.async {
+                startedBeforeHigh.store(started.load(ordering: .relaxed), ordering: .relaxed)
                 done.signal()
             }
+            #expect(done.wait(timeout: .seconds(30)))
+            // Only the jobs already running (one per worker) and the aged starts
+            // (one in eight) may go first, not the flood: FIFO would start all
+            // `flood` first. Quiet, at most 2 * workers + 2 went first; under
+            // ThreadSanitizer on a loaded machine 19 of 80 did, so the bound is a
+            // quarter of the flood.
+            let overtaken = startedBeforeHigh.load(ordering: .relaxed) - before
+            #expect(overtaken <= flood / 4, "\(overtaken) background items started first")
         }
-        let before = started.load(ordering: .relaxed)
-        let startedBeforeHigh = Atomic<Int>(-1)
-        high.async {
-            startedBeforeHigh.store(started.load(ordering: .relaxed), ordering: .relaxed)
-            done.signal()
-        }
-        #expect(done.wait(timeout: .seconds(30)))
-        // Only the jobs already running (one per worker) and the aged starts
-        // (one in eight) may go first, not the flood: FIFO would start all
-        // `flood` first. Quiet, at most 2 * workers + 2 went first; under
-        // ThreadSanitizer on a loaded machine 19 of 80 did, so the bound is a
-        // quarter of the flood.
-        let overtaken = startedBeforeHigh.load(ordering: .relaxed) - before
-        #expect(overtaken <= flood / 4, "\(overtaken) background items started first")
     }
 
     @Test(".background never starves: it starts within a second under a .userInteractive flood")
     func backgroundNeverStarves() {
-        let stop = Atomic<Bool>(false)
-        let high = IOQueue.global(priority: .userInteractive)
-        let inFlight = Atomic<Int>(0)
-        // Keep the high level flooded: each job resubmits itself.
-        @Sendable func floodJob() {
-            spin(microseconds: 1_000)
-            if !stop.load(ordering: .relaxed) { high.async(floodJob) } else { inFlight.subtract(1, ordering: .relaxed) }
+        priorityFloods.withLock {
+            let stop = Atomic<Bool>(false)
+            let high = IOQueue.global(priority: .userInteractive)
+            let inFlight = Atomic<Int>(0)
+            // Keep the high level flooded: each job resubmits itself.
+            @Sendable func floodJob() {
+                spin(microseconds: 1_000)
+                if !stop.load(ordering: .relaxed) { high.async(floodJob) } else { inFlight.subtract(1, ordering: .relaxed) }
+            }
+            for _ in 0..<(4 * WorkerPool.shared.baseThreads) {
+                inFlight.add(1, ordering: .relaxed)
+                high.async(floodJob)
+            }
+            milliseconds(20)
+            let clock = ContinuousClock()
+            let submitted = clock.now
+            let startedAt = Locked<ContinuousClock.Instant?>(nil)
+            let done = Latch()
+            IOQueue.global(priority: .background).async {
+                startedAt.withLock { $0 = clock.now }
+                done.signal()
+            }
+            let ok = done.wait(timeout: .seconds(5))
+            stop.store(true, ordering: .relaxed)
+            #expect(ok)
+            if let at = startedAt.withLock({ $0 }) { #expect(at - submitted < .seconds(1)) }
+            #expect(waitUntil { inFlight.load(ordering: .relaxed) == 0 })
         }
-        for _ in 0..<(4 * WorkerPool.shared.baseThreads) {
-            inFlight.add(1, ordering: .relaxed)
-            high.async(floodJob)
+    }
+
+    @Test(".background jobs that wait for a later .background job still finish (the width widens)")
+    func blockedBackgroundWidens() {
+        priorityFloods.withLock {
+            // `.background` runs on at most `backgroundWidth` workers: fill them
+            // with jobs that wait for the job queued behind them.
+            let width = Swift.max(1, WorkerPool.shared.baseThreads - 1)
+            let release = IOSemaphore(value: 0)
+            let done = Latch(count: width + 1)
+            let low = IOQueue.global(priority: .background)
+            for _ in 0..<width {
+                low.async {
+                    release.wait()
+                    done.signal()
+                }
+            }
+            low.async {
+                for _ in 0..<width { release.signal() }
+                done.signal()
+            }
+            #expect(done.wait(timeout: .seconds(300)))
         }
-        milliseconds(20)
-        let clock = ContinuousClock()
-        let submitted = clock.now
-        let startedAt = Locked<ContinuousClock.Instant?>(nil)
-        let done = Latch()
-        IOQueue.global(priority: .background).async {
-            startedAt.withLock { $0 = clock.now }
-            done.signal()
-        }
-        let ok = done.wait(timeout: .seconds(5))
-        stop.store(true, ordering: .relaxed)
-        #expect(ok)
-        if let at = startedAt.withLock({ $0 }) { #expect(at - submitted < .seconds(1)) }
-        #expect(waitUntil { inFlight.load(ordering: .relaxed) == 0 })
     }
 
     @Test("getSpecific: the instance reads the queue's own; the static reads the running queue's, then its targets'")

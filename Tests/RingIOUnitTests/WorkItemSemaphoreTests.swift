@@ -104,6 +104,66 @@ struct WorkItemSemaphoreTests {
         #expect(woke.wait())
     }
 
+    @Test("two threads ping-pong: every count is handed over, in turn")
+    func threadPingPong() {
+        let ping = IOSemaphore(value: 0), pong = IOSemaphore(value: 0)
+        let rounds = 2_000
+        // Written by one side before its signal, read by the other after its
+        // wait: the semaphore is the only ordering (ThreadSanitizer checks it).
+        nonisolated(unsafe) var turn = 0
+        let done = Latch()
+        spawnThread(name: "pong") {
+            for i in 0..<rounds {
+                ping.wait()
+                if turn != 2 * i + 1 { break }
+                turn += 1
+                pong.signal()
+            }
+            done.signal()
+        }
+        for i in 0..<rounds {
+            turn += 1
+            ping.signal()
+            pong.wait()
+            #expect(turn == 2 * i + 2)
+            if turn != 2 * i + 2 { break }
+        }
+        #expect(done.wait(timeout: .seconds(300)))
+        #expect(ping.waiterCount == 0 && pong.waiterCount == 0)
+    }
+
+    @Test("timed waits racing signals: a count is taken exactly when a wait says so")
+    func timedWaitsRaceSignals() {
+        let semaphore = IOSemaphore(value: 0)
+        let signals = 3_000, waiters = 3
+        let taken = Atomic<Int>(0), handed = Atomic<Int>(0)
+        let stop = Atomic<Bool>(false)
+        let finished = Latch(count: waiters)
+        for w in 0..<waiters {
+            spawnThread(name: "timed-\(w)") {
+                var timeout = 1
+                while !stop.load(ordering: .acquiring) {
+                    // Timeouts of 1–64 µs: many end right as a signal comes.
+                    if semaphore.wait(timeout: .microseconds(timeout)) { taken.add(1, ordering: .relaxed) }
+                    timeout = timeout % 64 + 7
+                }
+                finished.signal()
+            }
+        }
+        for i in 0..<signals {
+            if semaphore.signal() { handed.add(1, ordering: .relaxed) }
+            if i % 16 == 0 { sleepNanoseconds(20_000) }
+        }
+        #expect(waitUntil(timeout: .seconds(300)) { taken.load(ordering: .relaxed) >= handed.load(ordering: .relaxed) })
+        stop.store(true, ordering: .releasing)
+        #expect(finished.wait(timeout: .seconds(300)))
+        var left = 0
+        while semaphore.wait(timeout: .zero) { left += 1 }
+        #expect(taken.load(ordering: .relaxed) + left == signals,
+                "taken \(taken.load(ordering: .relaxed)) + left \(left) must be the \(signals) signals")
+        #expect(semaphore.waiterCount == 0)
+    }
+
     @Test("thread and task waiters share one FIFO")
     func fifoAcrossThreadsAndTasks() async throws {
         let semaphore = IOSemaphore(value: 0)

@@ -98,6 +98,14 @@ enum QueueBench {
         let seconds = Double(nowNanoseconds() - t0) / 1e9
         let cpu = Double(cpuNanoseconds() - cpu0) / 1e6
         let late = (0..<count).map { Double(lateness[$0]) / 1_000 }
+        if getenv("QUEUES_AFTER_DETAIL") != nil {
+            // Lateness by deadline decile: a backlog grows along the run, a
+            // per-item delay does not.
+            var byDecile = [[Double]](repeating: [], count: 10)
+            for i in 0..<count { byDecile[Int(delays[i] / 10_000_000)].append(late[i]) }
+            print("\(ringio ? "RingIO" : "Dispatch") lateness p50 by deadline decile (µs):",
+                  byDecile.map { Int(percentile($0, 0.5)) }, "run \(Int(seconds * 1000)) ms")
+        }
         return AfterResult(p50: percentile(late, 0.5), p99: percentile(late, 0.99), cpu: cpu, seconds: seconds)
     }
 

@@ -4,13 +4,10 @@ import RingIOBase
 ///
 /// The corresponding libdispatch type is `dispatch_group_t`.
 public final class IOGroup: Sendable {
-    private let lock = ConditionLock()
-    // Read and written only under `lock`: the count of entered, unfinished items
-    // and the notifications waiting for the count to reach zero.
+    private let completion = Completion()
+    // Read and written only under `completion.lock`: the count of entered,
+    // unfinished items.
     private nonisolated(unsafe) var count = 0
-    private nonisolated(unsafe) var notifications: [(IOQueue, @Sendable () -> Void)] = []
-    // Read and written only under `lock`: tasks suspended in `wait() async`.
-    private nonisolated(unsafe) var waiters: [UnsafeContinuation<Void, Never>] = []
 
     /// An empty group.
     ///
@@ -21,7 +18,7 @@ public final class IOGroup: Sendable {
     ///
     /// The corresponding libdispatch function is `dispatch_group_enter`.
     public func enter() {
-        lock.withLock { count += 1 }
+        completion.lock.withLock { count += 1 }
     }
 
     /// Marks the end of one item; at zero, waiters wake and notifications run.
@@ -30,19 +27,11 @@ public final class IOGroup: Sendable {
     ///
     /// The corresponding libdispatch function is `dispatch_group_leave`.
     public func leave() {
-        let (ready, tasks) = lock.withLock { () -> ([(IOQueue, @Sendable () -> Void)], [UnsafeContinuation<Void, Never>]) in
+        completion.lock.withLock { () -> Completion.Released in
             precondition(count > 0, "IOGroup.leave() without a matching enter()")
             count -= 1
-            guard count == 0 else { return ([], []) }
-            lock.broadcast()
-            defer {
-                notifications = []
-                waiters = []
-            }
-            return (notifications, waiters)
-        }
-        for (queue, work) in ready { queue.async(work) }
-        for task in tasks { task.resume() }
+            return count == 0 ? completion.finishLocked() : .none
+        }.run()
     }
 
     /// Blocks the calling thread until every entered item has left.
@@ -53,9 +42,7 @@ public final class IOGroup: Sendable {
     /// The corresponding libdispatch function is `dispatch_group_wait` with
     /// `DISPATCH_TIME_FOREVER`.
     public func wait() {
-        lock.withLock {
-            while count > 0 { lock.wait() }
-        }
+        completion.wait { count == 0 }
     }
 
     /// Suspends the calling task until every entered item has left, without
@@ -76,14 +63,7 @@ public final class IOGroup: Sendable {
     /// continues on its own executor. Cancelling the task does not end the
     /// wait: leave the group to end it.
     public func wait() async {
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-            let now = lock.withLock { () -> Bool in
-                if count == 0 { return true }
-                waiters.append(continuation)
-                return false
-            }
-            if now { continuation.resume() }
-        }
+        await completion.wait { count == 0 }
     }
 
     /// Waits until every entered item has left, or `timeout` passes.
@@ -92,13 +72,7 @@ public final class IOGroup: Sendable {
     ///
     /// The corresponding libdispatch function is `dispatch_group_wait`.
     public func wait(timeout: Duration) -> Bool {
-        let deadline = monotonicNanoseconds() &+ timeout.clampedNanoseconds
-        return lock.withLock {
-            while count > 0 {
-                if !lock.wait(untilNanoseconds: deadline) { return count == 0 }
-            }
-            return true
-        }
+        completion.wait(until: { count == 0 }, timeout: timeout)
     }
 
     /// Runs `work` on `queue` once the group is empty: at once if it is empty
@@ -106,11 +80,6 @@ public final class IOGroup: Sendable {
     ///
     /// The corresponding libdispatch function is `dispatch_group_notify`.
     public func notify(queue: IOQueue, _ work: @escaping @Sendable () -> Void) {
-        let now = lock.withLock { () -> Bool in
-            if count == 0 { return true }
-            notifications.append((queue, work))
-            return false
-        }
-        if now { queue.async(work) }
+        completion.notify(queue: queue, work) { count == 0 }
     }
 }

@@ -1,4 +1,5 @@
 import RingIOBase
+import Synchronization
 
 /// A counting semaphore whose waiters are threads or tasks, in one FIFO.
 ///
@@ -12,9 +13,10 @@ import RingIOBase
 public final class IOSemaphore: Sendable {
     /// One waiter in the FIFO.
     private final class Waiter: @unchecked Sendable {
-        // @unchecked: every field is read and written with the semaphore's
-        // `lock` held.
-        /// The waiter got its count (threads: sleep ends).
+        // @unchecked: `granted`, `continuation`, `cancelled` and `ticket` are
+        // read and written with the semaphore's `lock` held; `word` is an
+        // atomic (its own allocation, never moved).
+        /// The waiter got its count.
         var granted = false
         /// A task's continuation (nil for a thread).
         var continuation: UnsafeContinuation<Void, any Error>?
@@ -22,15 +24,49 @@ public final class IOSemaphore: Sendable {
         var cancelled = false
         /// Its ticket in `waiters` while queued.
         var ticket = -1
-        init() {}
+        /// A thread's futex word: `polling`, `asleep` or `handedOver`. The
+        /// signaller stores `handedOver` with release after the unlock, the
+        /// thread loads it with acquire: the hand-over is visible to
+        /// ThreadSanitizer, which does not see the futex.
+        let word: UnsafeMutablePointer<Atomic<UInt32>>?
+
+        static let polling: UInt32 = 0
+        static let asleep: UInt32 = 1
+        static let handedOver: UInt32 = 2
+
+        init(thread: Bool) {
+            if thread {
+                let word = UnsafeMutablePointer<Atomic<UInt32>>.allocate(capacity: 1)
+                word.initialize(to: Atomic(Waiter.polling))
+                self.word = word
+            } else {
+                word = nil
+            }
+        }
+
+        deinit {
+            if let word {
+                word.deinitialize(count: 1)
+                word.deallocate()
+            }
+        }
+
+        /// The word as the futex sees it (`Atomic<UInt32>` is laid out as a `UInt32`).
+        var futexAddress: UnsafeMutablePointer<UInt32> {
+            UnsafeMutableRawPointer(word!).assumingMemoryBound(to: UInt32.self)
+        }
     }
 
-    private let lock = ConditionLock()
+    /// The polling of a waiting thread before it sleeps: a signal within
+    /// `spinNanoseconds` costs no futex sleep and wake-up (paused while the
+    /// machine is busy: see `IdleSpin`).
+    private static let spin = IdleSpin(budget: IOSemaphore.spinNanoseconds)
+    static let spinNanoseconds: UInt64 = 20_000
+
+    private let lock = PlainLock()
     // Read and written only with `lock` held.
     private nonisolated(unsafe) var value: Int
     private nonisolated(unsafe) var waiters = TicketQueue<Waiter>()
-    /// Threads asleep on `lock`'s condition (one: `signal`, more: `broadcast`).
-    private nonisolated(unsafe) var sleepers = 0
 
     /// Creates a semaphore.
     ///
@@ -68,12 +104,16 @@ public final class IOSemaphore: Sendable {
             continuation.resume()
             return true
         }
-        let several = sleepers > 1
         lock.unlock()
         // After the unlock: the woken thread does not wake only to wait for
-        // the mutex this thread still holds. (A spurious or late wake-up is
-        // harmless: each waiter checks its own `granted` under the lock.)
-        if several { lock.broadcast() } else { lock.signal() }
+        // the mutex this thread still holds. The waiter stays alive while
+        // this frame holds it, so the wake never touches freed memory.
+        if waiter.word!.pointee.exchange(Waiter.handedOver, ordering: .releasing) == Waiter.asleep {
+            // Only a failed call (never expected) can throw: the thread
+            // would then find the word changed at its next look.
+            _ = try? Syscall.futexWake(waiter.futexAddress)
+        }
+        withExtendedLifetime(waiter) {}
         return true
     }
 
@@ -97,26 +137,47 @@ public final class IOSemaphore: Sendable {
 
     private func wait(untilNanoseconds deadline: UInt64?) -> Bool {
         lock.lock()
-        defer { lock.unlock() }
         if value > 0 {
             value -= 1
+            lock.unlock()
             return true
         }
-        let waiter = Waiter()
+        let waiter = Waiter(thread: true)
         waiter.ticket = waiters.append(waiter)
-        sleepers += 1
-        defer { sleepers -= 1 }
-        while !waiter.granted {
-            if let deadline {
-                if !lock.wait(untilNanoseconds: deadline) && !waiter.granted {
+        lock.unlock()
+        // The word is the waiter's: keep it alive to the last look.
+        return withExtendedLifetime(waiter) { () -> Bool in
+            let word = waiter.word!
+            // Poll first: in a hand-off between two running threads the signal
+            // comes within microseconds, sooner than a futex sleep and wake-up.
+            // (Not for a wait whose deadline has passed: `wait(timeout: .zero)`.)
+            if deadline.map({ $0 > monotonicNanoseconds() }) ?? true,
+               Self.spin.poll({ word.pointee.load(ordering: .acquiring) == Waiter.handedOver }) { return true }
+            // Announce the sleep; a signal that came first left `handedOver`.
+            guard word.pointee.compareExchange(expected: Waiter.polling, desired: Waiter.asleep,
+                                               ordering: .acquiringAndReleasing).exchanged else { return true }
+            while true {
+                let notLate = (try? Syscall.futexWait(waiter.futexAddress, expected: Waiter.asleep,
+                                                      untilNanoseconds: deadline)) ?? true
+                if word.pointee.load(ordering: .acquiring) == Waiter.handedOver { return true }
+                if !notLate, let deadline, monotonicNanoseconds() >= deadline {
+                    lock.lock()
+                    if waiter.granted {
+                        // Granted after the deadline, before this look: keep it
+                        // (the signaller's store and wake still come; the word
+                        // is this frame's until then).
+                        lock.unlock()
+                        while word.pointee.load(ordering: .acquiring) != Waiter.handedOver {
+                            _ = try? Syscall.futexWait(waiter.futexAddress, expected: Waiter.asleep, untilNanoseconds: nil)
+                        }
+                        return true
+                    }
                     waiters.remove(ticket: waiter.ticket)
+                    lock.unlock()
                     return false
                 }
-            } else {
-                lock.wait()
             }
         }
-        return true
     }
 
     /// Takes one, suspending the calling task (not its thread) while the
@@ -133,7 +194,7 @@ public final class IOSemaphore: Sendable {
             return false
         }
         if taken { return }
-        let waiter = Waiter()
+        let waiter = Waiter(thread: false)
         do {
             try await withTaskCancellationHandler {
                 try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in

@@ -14,12 +14,10 @@ public final class IOWorkItem: Sendable {
     let work: @Sendable () -> Void
     /// Runs alone on a concurrent queue (`DISPATCH_BLOCK_BARRIER`).
     let barrier: Bool
-    private let lock = ConditionLock()
-    // Read and written only with `lock` held.
+    private let completion = Completion()
+    // Read and written only with `completion.lock` held.
     private nonisolated(unsafe) var cancelled = false
     private nonisolated(unsafe) var finished = false
-    private nonisolated(unsafe) var notifications: [(IOQueue, @Sendable () -> Void)] = []
-    private nonisolated(unsafe) var waiters: [UnsafeContinuation<Void, Never>] = []
 
     /// Creates an item.
     ///
@@ -39,30 +37,23 @@ public final class IOWorkItem: Sendable {
     /// The corresponding libdispatch function is `dispatch_block_perform`.
     public func perform() {
         if !isCancelled { work() }
-        let (ready, tasks) = lock.withLock { () -> ([(IOQueue, @Sendable () -> Void)], [UnsafeContinuation<Void, Never>]) in
+        completion.lock.withLock { () -> Completion.Released in
             finished = true
-            lock.broadcast()
-            defer {
-                notifications = []
-                waiters = []
-            }
-            return (notifications, waiters)
-        }
-        for (queue, work) in ready { queue.async(work) }
-        for task in tasks { task.resume() }
+            return completion.finishLocked()
+        }.run()
     }
 
     /// Keeps the item's work from running if it has not started.
     ///
     /// The corresponding libdispatch function is `dispatch_block_cancel`.
     public func cancel() {
-        lock.withLock { cancelled = true }
+        completion.lock.withLock { cancelled = true }
     }
 
     /// Whether ``cancel()`` was called.
     ///
     /// The corresponding libdispatch function is `dispatch_block_testcancel`.
-    public var isCancelled: Bool { lock.withLock { cancelled } }
+    public var isCancelled: Bool { completion.lock.withLock { cancelled } }
 
     /// Blocks the calling thread until the item has finished (run, or been
     /// reached cancelled). An item never submitted is never finished.
@@ -70,9 +61,7 @@ public final class IOWorkItem: Sendable {
     /// The corresponding libdispatch function is `dispatch_block_wait` with
     /// `DISPATCH_TIME_FOREVER`.
     public func wait() {
-        lock.withLock {
-            while !finished { lock.wait() }
-        }
+        completion.wait { finished }
     }
 
     /// Waits until the item has finished, or `timeout` passes.
@@ -82,25 +71,12 @@ public final class IOWorkItem: Sendable {
     ///
     /// The corresponding libdispatch function is `dispatch_block_wait`.
     public func wait(timeout: Duration) -> Bool {
-        let deadline = monotonicNanoseconds() &+ timeout.clampedNanoseconds
-        return lock.withLock {
-            while !finished {
-                if !lock.wait(untilNanoseconds: deadline) { return finished }
-            }
-            return true
-        }
+        completion.wait(until: { finished }, timeout: timeout)
     }
 
     /// Suspends the calling task, not its thread, until the item has finished.
     public func wait() async {
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-            let now = lock.withLock { () -> Bool in
-                if finished { return true }
-                waiters.append(continuation)
-                return false
-            }
-            if now { continuation.resume() }
-        }
+        await completion.wait { finished }
     }
 
     /// Runs `work` on `queue` once the item has finished: at once if it has.
@@ -111,11 +87,6 @@ public final class IOWorkItem: Sendable {
     ///
     /// The corresponding libdispatch function is `dispatch_block_notify`.
     public func notify(queue: IOQueue, _ work: @escaping @Sendable () -> Void) {
-        let now = lock.withLock { () -> Bool in
-            if finished { return true }
-            notifications.append((queue, work))
-            return false
-        }
-        if now { queue.async(work) }
+        completion.notify(queue: queue, work) { finished }
     }
 }

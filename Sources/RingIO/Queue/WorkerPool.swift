@@ -45,6 +45,10 @@ package final class WorkerPool: @unchecked Sendable {
     static let watchdogSleepAfterNanoseconds: UInt64 = 1_000_000_000
     static let extraIdleNanoseconds: UInt64 = 10_000_000_000
     static let maximumThreads = 64
+    /// `.background` jobs waiting at their width with none started or ended
+    /// for this long: the running ones are taken as blocked, and one more
+    /// may start (see `PriorityJobs`).
+    static let backgroundStallNanoseconds: UInt64 = 20_000_000
     /// How long one idle worker polls for new work before it sleeps.
     static let spinNanoseconds: UInt64 = 50_000
     /// The polling, paused while the machine is busy (see `IdleSpin`).
@@ -52,7 +56,7 @@ package final class WorkerPool: @unchecked Sendable {
 
     private let lock = ConditionLock()
     private let watchdogCondition: Condition
-    private var jobs = PriorityJobs()
+    private var jobs: PriorityJobs
     private var threads = 0
     private var idle = 0
     private var started: UInt64 = 0
@@ -68,6 +72,7 @@ package final class WorkerPool: @unchecked Sendable {
         watchdogCondition = Condition(lock: lock)
         let cores = Syscall.onlineProcessors()
         baseThreads = Swift.max(2, cores)
+        jobs = PriorityJobs(backgroundWidth: Swift.max(1, baseThreads - 1))
     }
 
     /// The number of worker threads alive now (for tests and diagnostics).
@@ -90,8 +95,9 @@ package final class WorkerPool: @unchecked Sendable {
         lock.lock()
         add(&jobs)
         submissions.add(1, ordering: .releasing)
-        if spinning {
-            // The spinning worker takes it.
+        if spinning || !jobs.hasStartable {
+            // The spinning worker takes it; or it is a `.background` job
+            // that waits for a running one to end (that worker takes it).
         } else if idle > 0 {
             lock.signal()
         } else if threads < baseThreads {
@@ -105,7 +111,8 @@ package final class WorkerPool: @unchecked Sendable {
         // pool is in use; it sleeps only after a second of complete idleness,
         // and the next submit wakes it.
         if !watchdogRunning {
-            if jobs.count > idle + (spinning ? 1 : 0) + (spawn ? 1 : 0) {
+            if jobs.count > idle + (spinning ? 1 : 0) + (spawn ? 1 : 0)
+                || (jobs.backgroundFull && jobs.waitingBackground > 0) {
                 watchdogRunning = true
                 spawnWatchdog = true
             }
@@ -142,12 +149,13 @@ package final class WorkerPool: @unchecked Sendable {
     private func workerLoop(extra: Bool) {
         lock.lock()
         while true {
-            if let job = jobs.popFirst() {
+            if let (job, level) = jobs.popFirst() {
                 started &+= 1
-                if !jobs.isEmpty && idle > 0 && !spinning { lock.signal() }
+                if jobs.hasStartable && idle > 0 && !spinning { lock.signal() }
                 lock.unlock()
                 run(job)
                 lock.lock()
+                jobs.finished(level: level)
                 continue
             }
             if !spinning && spin.allowed {
@@ -159,14 +167,14 @@ package final class WorkerPool: @unchecked Sendable {
                 _ = spin.poll { submissions.load(ordering: .acquiring) != seen }
                 lock.lock()
                 spinning = false
-                if !jobs.isEmpty { continue }
+                if jobs.hasStartable { continue }
             }
             idle += 1
             if extra {
                 let deadline = monotonicNanoseconds() + Self.extraIdleNanoseconds
                 let signalled = lock.wait(untilNanoseconds: deadline)
                 idle -= 1
-                if !signalled && jobs.isEmpty {
+                if !signalled && !jobs.hasStartable {
                     threads -= 1
                     lock.unlock()
                     return
@@ -192,6 +200,8 @@ package final class WorkerPool: @unchecked Sendable {
     private func watchdogLoop() {
         lock.lock()
         var idleSince: UInt64?
+        var backgroundSeen = jobs.backgroundProgress
+        var backgroundSince = monotonicNanoseconds()
         while true {
             let now = monotonicNanoseconds()
             let poolIdle = jobs.isEmpty && idle + (spinning ? 1 : 0) == threads
@@ -206,10 +216,22 @@ package final class WorkerPool: @unchecked Sendable {
             } else {
                 idleSince = nil
             }
+            if jobs.backgroundProgress != backgroundSeen || !(jobs.backgroundFull && jobs.waitingBackground > 0) {
+                backgroundSeen = jobs.backgroundProgress
+                backgroundSince = now
+            } else if now - backgroundSince > Self.backgroundStallNanoseconds {
+                // `.background` jobs wait at the width and the running ones
+                // have neither ended nor let another start: they may wait
+                // for a job behind them. One more may start (on an idle
+                // worker, or on one the rule below adds).
+                jobs.widen()
+                backgroundSince = now
+                if idle > 0 { lock.signal() }
+            }
             let before = started
-            let waiting = !jobs.isEmpty && idle == 0
+            let waiting = jobs.hasStartable && idle == 0
             _ = watchdogCondition.wait(untilNanoseconds: now + Self.stallNanoseconds)
-            if waiting && !jobs.isEmpty && idle == 0 && started == before && threads < Self.maximumThreads {
+            if waiting && jobs.hasStartable && idle == 0 && started == before && threads < Self.maximumThreads {
                 // Jobs have waited a whole period with every worker busy and
                 // none started: the workers are blocked. Add one.
                 threads += 1
