@@ -3,6 +3,7 @@
 //
 //   swift run -c release --package-path Benchmarks throughput files \
 //       [--rounds 5] [--busy 2] [--dir DIR] [--lines-mib 200] [--only list,info,lines,remove]
+//       [--systems getline,RingIO]   (only the systems whose names contain one of these)
 //
 // 1. list:   100,000 files in 100 directories, walked recursively and the
 //            regular files counted: RingIO (entries, and batches), FileManager's
@@ -37,6 +38,8 @@ enum FilesBench {
         var directory: String?
         var linesMiB = 200
         var only: [String] = []
+        /// Only the systems whose names contain one of these (all when empty).
+        var systems: [String] = []
     }
 
     /// One system of a section: an untimed setup, then the timed run, whose
@@ -57,8 +60,9 @@ enum FilesBench {
             case "--dir": o.directory = it.next()
             case "--lines-mib": o.linesMiB = Int(it.next() ?? "") ?? 0
             case "--only": o.only += (it.next() ?? "").split(separator: ",").map(String.init)
+            case "--systems": o.systems += (it.next() ?? "").split(separator: ",").map(String.init)
             default:
-                print("usage: throughput files [--rounds N] [--busy N] [--dir DIR] [--lines-mib N] [--only list,info,lines,remove]")
+                print("usage: throughput files [--rounds N] [--busy N] [--dir DIR] [--lines-mib N] [--only list,info,lines,remove] [--systems NAME,...]")
                 exit(option == "--help" ? 0 : 2)
             }
         }
@@ -76,6 +80,10 @@ enum FilesBench {
     }
 
     static func wants(_ o: Options, _ section: String) -> Bool { o.only.isEmpty || o.only.contains(section) }
+
+    static func chosen(_ systems: [System], _ o: Options) -> [System] {
+        o.systems.isEmpty ? systems : systems.filter { s in o.systems.contains { s.name.contains($0) } }
+    }
 
     static func run(_ o: Options) throws {
         let parent = o.directory ?? "/tmp"
@@ -103,7 +111,7 @@ enum FilesBench {
                 System(name: "find -type f | wc -l") { try countFind(tree) },
             ]
             report("List 100,000 files in 100 directories (recursive)", unit: "entries/s", work: 100_000,
-                   measure(systems, expected: 100_000, rounds: o.rounds))
+                   measure(chosen(systems, o), expected: 100_000, rounds: o.rounds))
         }
         if wants(o, "info") {
             let paths = (0..<10).flatMap { d in (0..<1000).map { tree + "/d\(d)/file-\($0).txt" } }
@@ -116,7 +124,7 @@ enum FilesBench {
                 System(name: "statx loop (floor)") { statxLoop(paths) },
             ]
             report("Info of 10,000 files, one after another", unit: "files/s", work: 10_000,
-                   measure(systems, expected: 10_000, rounds: o.rounds))
+                   measure(chosen(systems, o), expected: 10_000, rounds: o.rounds))
         }
         if wants(o, "lines") {
             let text = root + "/text"
@@ -129,7 +137,7 @@ enum FilesBench {
                 System(name: "String(contentsOfFile:) + split") { try FoundationFiles.linesString(text) },
             ]
             report("Lines of a \(o.linesMiB) MiB text file (\(lines) lines)", unit: "MiB/s", work: Double(o.linesMiB),
-                   measure(systems, expected: expected, rounds: o.rounds))
+                   measure(chosen(systems, o), expected: expected, rounds: o.rounds))
         }
         if wants(o, "remove") {
             let doomed = root + "/doomed"
@@ -141,7 +149,7 @@ enum FilesBench {
                 System(name: "rm -rf", setup: setup) { try removeRm(doomed) },
             ]
             report("Remove a tree of 10,000 files in 100 directories", unit: "files/s", work: 10_000,
-                   measure(systems, expected: 1, rounds: o.rounds))
+                   measure(chosen(systems, o), expected: 1, rounds: o.rounds))
         }
     }
 
