@@ -2,7 +2,7 @@
 // peers in the same run (Benchmarks/results/files.md has the figures).
 //
 //   swift run -c release --package-path Benchmarks throughput files \
-//       [--rounds 5] [--busy 2] [--dir DIR] [--lines-mib 200] [--only list,info,lines,remove]
+//       [--rounds 5] [--busy 2] [--dir DIR] [--lines-mib 200] [--only list,info,lines,read,remove]
 //       [--systems getline,RingIO]   (only the systems whose names contain one of these)
 //
 // 1. list:   100,000 files in 100 directories, walked recursively and the
@@ -16,7 +16,12 @@
 // 3. lines:  a 200 MiB text file of lines of 0–120 bytes: RingIO IO.lines,
 //            a getline(3) loop, FileHandle.readToEnd + split, String(contentsOfFile:)
 //            + split; each counts the lines and their bytes.
-// 4. remove: a tree of 10,000 files in 100 directories (made anew before each
+// 4. read:   a tree of 10,000 files of 4 KiB in 100 directories, listed
+//            recursively and every file read whole into a checksum: RingIO
+//            directoryEntries + IO.readFile (one after another, and 16 at a
+//            time), FileManager's enumerator + Data(contentsOf:), NIO
+//            listContents + readToEnd (one after another, and 16 at a time).
+// 5. remove: a tree of 10,000 files in 100 directories (made anew before each
 //            run, untimed): RingIO removeItem(recursively:), FileManager.removeItem,
 //            NIO removeItem, `rm -rf`.
 //
@@ -62,7 +67,7 @@ enum FilesBench {
             case "--only": o.only += (it.next() ?? "").split(separator: ",").map(String.init)
             case "--systems": o.systems += (it.next() ?? "").split(separator: ",").map(String.init)
             default:
-                print("usage: throughput files [--rounds N] [--busy N] [--dir DIR] [--lines-mib N] [--only list,info,lines,remove] [--systems NAME,...]")
+                print("usage: throughput files [--rounds N] [--busy N] [--dir DIR] [--lines-mib N] [--only list,info,lines,read,remove] [--systems NAME,...]")
                 exit(option == "--help" ? 0 : 2)
             }
         }
@@ -138,6 +143,19 @@ enum FilesBench {
             ]
             report("Lines of a \(o.linesMiB) MiB text file (\(lines) lines)", unit: "MiB/s", work: Double(o.linesMiB),
                    measure(chosen(systems, o), expected: expected, rounds: o.rounds))
+        }
+        if wants(o, "read") {
+            let files = root + "/files"
+            let expected = try makeReadTree(files)
+            let systems = [
+                System(name: "RingIO directoryEntries + IO.readFile") { try readTreeRingIO(files) },
+                System(name: "RingIO, 16 files at a time") { try readTreeRingIOConcurrent(files) },
+                System(name: "FileManager enumerator + Data(contentsOf:)") { try FoundationFiles.readTree(files) },
+                System(name: "NIO listContents + readToEnd") { try NIOFiles.readTree(files, width: 1) },
+                System(name: "NIO, 16 files at a time") { try NIOFiles.readTree(files, width: 16) },
+            ]
+            report("Read every file of a tree of 10,000 files of 4 KiB (list + read + checksum)", unit: "files/s",
+                   work: 10_000, measure(chosen(systems, o), expected: expected, rounds: o.rounds))
         }
         if wants(o, "remove") {
             let doomed = root + "/doomed"
