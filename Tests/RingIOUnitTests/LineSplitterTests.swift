@@ -63,6 +63,20 @@ struct LineSplitterTests {
         #expect(try run(Array(repeating: DataChunk("\n".utf8), count: 1000)) == Array(repeating: "", count: 1000))
     }
 
+    @Test("one chunk of 10,000 lines (more than one scan of a block finds), \\n and \\r\\n")
+    func manyLinesInOneBlock() throws {
+        var text: [UInt8] = []
+        var expected: [String] = []
+        for i in 0..<10_000 {
+            let line = i % 7 == 0 ? "" : "line \(i)"
+            expected.append(line)
+            text += Array(line.utf8) + (i % 3 == 0 ? [13, 10] : [10])
+        }
+        #expect(LineSplitter.scanLines < 10_000)
+        #expect(try run([DataChunk(text)]) == expected)
+        #expect(try run([DataChunk(text[..<50_001]), DataChunk(text[50_001...])]) == expected)
+    }
+
     @Test("a failure ends the lines: nothing after it, and next() is nil from then on")
     func afterFailure() throws {
         var splitter = LineSplitter(maximumLineLength: 3)

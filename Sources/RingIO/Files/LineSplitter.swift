@@ -11,11 +11,10 @@ import RingIOData
 /// `append` searches each region of a chunk from its end for its last
 /// `\n` (`memrchr`); the bytes up to it (after the unfinished line carried
 /// from earlier regions) become one `String`, a *block* of whole lines,
-/// and the rest is carried. `next` hands the lines of the blocks out one
-/// at a time: a `memchr` from the end of the previous line in the block's
-/// own UTF-8 storage, and a `Substring` of the block. One copy and one
-/// allocation per region, none per line, no loop over bytes in Swift, and
-/// no array of lines. Bytes that are not UTF-8 are repaired (U+FFFD) by
+/// and the rest is carried. When `next` takes a block up, `memchr` finds
+/// its lines' bounds in the block's own UTF-8 storage, 4,096 at a time; each
+/// `next` then makes one `Substring` of the block. One copy and one
+/// allocation per region, none per line, no loop over bytes in Swift. Bytes that are not UTF-8 are repaired (U+FFFD) by
 /// the `String`, as `String(decoding:as:)` does.
 ///
 /// ```
@@ -34,10 +33,14 @@ package struct LineSplitter {
     /// are used up.
     private var blocks: [String] = []
     private var blockIndex = 0
-    /// The block whose lines `next` is handing out, and the UTF-8 offset of
-    /// its next line.
+    /// The block whose lines `next` is handing out, the UTF-8 bounds of its
+    /// lines (without their `\n` or `\r\n`, found with `memchr` when it is
+    /// taken up), and the next line's index in them.
     private var block = ""
+    private var bounds: [(start: Int, end: Int)] = []
     private var position = 0
+    /// The UTF-8 offset up to which `bounds` have been found in `block`.
+    private var scanned = 0
     /// The last line, without a newline, once the input has ended.
     private var lastLine: String?
     /// The unfinished line passed the maximum: `next` fails once the lines
@@ -83,38 +86,66 @@ package struct LineSplitter {
     ///
     /// - Throws: `LineTooLong` when the next line passes the maximum; the
     ///   lines before it have been handed out.
+    @inline(__always)
     package mutating func next() throws(LineTooLong) -> Substring? {
-        if position == block.utf8.count, !nextBlock() { return try last() }
-        let maximum = maximumLineLength
-        let start = position
-        // A block ends with "\n", so memchr always finds one.
-        let found = block.utf8.withContiguousStorageIfAvailable { utf8 -> (end: Int, next: Int)? in
-            let base = UnsafeRawPointer(utf8.baseAddress!)
-            guard let newline = memchr(base + start, 0x0A, utf8.count - start) else { return nil }
-            let offset = UnsafeRawPointer(newline) - base
-            var end = offset
-            if end > start && utf8[end - 1] == 0x0D { end -= 1 }
-            return (end, offset + 1)
+        while position == bounds.count {
+            if scanned == block.utf8.count, !nextBlock() { return try last() }
+            scan()
         }
-        guard let (end, next) = found ?? slowSearch(from: start) else { return nil }
-        if end - start > maximum { throw fail() }
-        position = next
+        let (start, end) = bounds[position]
+        if end - start > maximumLineLength { throw fail() }
+        position += 1
         lineCount += 1
-        let utf8 = block.utf8
-        let from = utf8.index(utf8.startIndex, offsetBy: start)
-        let to = utf8.index(from, offsetBy: end - start)
-        return block[from..<to]
+        let from = block.utf8.index(block.utf8.startIndex, offsetBy: start)
+        return block[from..<block.utf8.index(from, offsetBy: end - start)]
     }
 
-    /// The next block, when there is one.
+    /// Takes up the next block, when there is one.
     private mutating func nextBlock() -> Bool {
         guard blockIndex < blocks.count else { return false }
         block = blocks[blockIndex]
         blocks[blockIndex] = ""  // the block is held once, by `block`
         blockIndex += 1
-        position = 0
+        scanned = 0
         return true
     }
+
+    /// The bounds of the block's next lines, up to `scanLines` of them (a
+    /// block of a million empty lines takes no more memory than one of a
+    /// thousand).
+    private mutating func scan() {
+        position = 0
+        var start = scanned
+        let block = self.block
+        // A fresh buffer per scan (one allocation per 4,096 lines), written
+        // with no checks per line.
+        bounds = Array(unsafeUninitializedCapacity: Self.scanLines) { buffer, count in
+            let contiguous: Void? = block.utf8.withContiguousStorageIfAvailable { utf8 in
+                let base = UnsafeRawPointer(utf8.baseAddress!)
+                // A block ends with "\n": every line of it ends at one.
+                while count < buffer.count, start < utf8.count,
+                      let newline = memchr(base + start, 0x0A, utf8.count - start) {
+                    let offset = UnsafeRawPointer(newline) - base
+                    buffer.initializeElement(at: count, to: (start, offset > start && utf8[offset - 1] == 0x0D ? offset - 1 : offset))
+                    count += 1
+                    start = offset + 1
+                }
+            }
+            if contiguous == nil {
+                // Never the case here (every block is a native string), but correct.
+                let utf8 = Array(block.utf8)
+                while count < buffer.count, start < utf8.count, let offset = utf8[start...].firstIndex(of: 0x0A) {
+                    buffer.initializeElement(at: count, to: (start, offset > start && utf8[offset - 1] == 0x0D ? offset - 1 : offset))
+                    count += 1
+                    start = offset + 1
+                }
+            }
+        }
+        scanned = bounds.isEmpty ? block.utf8.count : start
+    }
+
+    /// The most line bounds `scan` finds at once.
+    package static let scanLines = 4096
 
     /// After the blocks: the failure the carry recorded, or the last line.
     private mutating func last() throws(LineTooLong) -> Substring? {
@@ -127,20 +158,8 @@ package struct LineSplitter {
 
     /// The failure for the next line; nothing is kept after it.
     private mutating func fail() -> LineTooLong {
-        (carry, blocks, blockIndex, block, position, lastLine, overflowed) = ([], [], 0, "", 0, nil, false)
+        (carry, blocks, blockIndex, block, bounds, position, scanned, lastLine, overflowed) = ([], [], 0, "", [], 0, 0, nil, false)
         return LineTooLong(line: lineCount + 1)
-    }
-
-    /// `next`'s search for a string without contiguous UTF-8 (never made
-    /// here: every block is a native string).
-    private func slowSearch(from start: Int) -> (end: Int, next: Int)? {
-        let utf8 = block.utf8
-        let from = utf8.index(utf8.startIndex, offsetBy: start)
-        guard let newline = utf8[from...].firstIndex(of: 0x0A) else { return nil }
-        let offset = utf8.distance(from: utf8.startIndex, to: newline)
-        var end = offset
-        if end > start && utf8[utf8.index(before: newline)] == 0x0D { end -= 1 }
-        return (end, offset + 1)
     }
 
     private mutating func append(region bytes: UnsafeRawBufferPointer) {
