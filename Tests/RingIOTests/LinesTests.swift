@@ -120,6 +120,15 @@ struct LinesTests {
             #expect(error.errno == .noSuchFileOrDirectory)
             #expect(error.operation == .openForReading)
         }
+        // A path that cannot make a channel (empty): one error, then the end.
+        var empty = IO.lines(at: "", engine: engine).makeAsyncIterator()
+        do {
+            _ = try await empty.next()
+            Issue.record("no error")
+        } catch {
+            #expect(error.operation == .openForReading)
+        }
+        #expect(try await empty.next() == nil)
     }
 
     @Test("IOChannel.lines(): a channel's lines; the channel stays open", arguments: allBackends)

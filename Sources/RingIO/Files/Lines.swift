@@ -138,7 +138,14 @@ extension IO {
             @usableFromInline
             mutating func nextRead(isolation actor: isolated (any Actor)?) async throws(IOError) -> Substring? {
                 while !ended {
-                    if reader == nil { try openChannel() }
+                    if reader == nil {
+                        do throws(IOError) {
+                            try openChannel()
+                        } catch {
+                            ended = true  // one throw; then the sequence is over
+                            throw error
+                        }
+                    }
                     let chunk: DataChunk?
                     do throws(Errno) {
                         switch reader! {
