@@ -112,6 +112,84 @@ struct DirectoryListingTests {
         #expect(try await IO.removeItem(at: FilePath(dir.path + "/a"), recursively: true) == 1200)
     }
 
+    @Test("paths longer than PATH_MAX (20 levels of 250-byte names): listing, info and removal fail with ENAMETOOLONG naming the entry, after the entries before it")
+    func longerThanPathMax() async throws {
+        let dir = TemporaryDirectory()
+        let name = String(repeating: "n", count: 250)
+        // Made level by level relative to the parent's fd: mkdir(2) of the
+        // whole path would fail past 4,096 bytes.
+        var fd = open(dir.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        #expect(fd >= 0)
+        for _ in 0..<20 {
+            #expect(mkdirat(fd, name, 0o755) == 0)
+            let child = openat(fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            close(fd)
+            fd = child
+            #expect(fd >= 0)
+        }
+        let leaf = openat(fd, "leaf", O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+        #expect(leaf >= 0)
+        close(leaf)
+        close(fd)
+        var deepest = FilePath(dir.path)
+        for _ in 0..<20 { deepest.append(name) }
+        deepest.append("leaf")
+        #expect(deepest.string.utf8.count > Int(PATH_MAX))
+
+        // The walk opens each directory by its path (it holds no chain of
+        // fds): the first one whose path passes PATH_MAX fails, named.
+        var listed = 0
+        do {
+            for try await entry in IO.directoryEntries(at: FilePath(dir.path), recursive: true) {
+                #expect(entry.path.string.utf8.count < Int(PATH_MAX) + 256)
+                listed += 1
+            }
+            Issue.record("listing a tree deeper than PATH_MAX did not fail")
+        } catch {
+            #expect(error.errno == .fileNameTooLong)
+            #expect(error.operation == .list)
+            let length = error.path?.string.utf8.count ?? 0
+            #expect(length >= Int(PATH_MAX) && length < Int(PATH_MAX) + 256, "names the first directory past PATH_MAX")
+        }
+        #expect(listed > 10)
+        do {
+            _ = try await IO.info(at: deepest)
+            Issue.record("info of a path of \(deepest.string.utf8.count) bytes did not fail")
+        } catch {
+            #expect(error.errno == .fileNameTooLong)
+            #expect(error.path == deepest)
+        }
+        var top = FilePath(dir.path)
+        top.append(name)
+        do {
+            _ = try await IO.removeItem(at: top, recursively: true)
+            Issue.record("removing a tree deeper than PATH_MAX did not fail")
+        } catch {
+            #expect(error.errno == .fileNameTooLong)
+            let length = error.path?.string.utf8.count ?? 0
+            #expect(length >= Int(PATH_MAX) && length < Int(PATH_MAX) + 256, "names the first directory past PATH_MAX")
+        }
+        // The test's own clean-up, from the bottom up by fds.
+        Self.removeNested(dir.path, name: name, depth: 20)
+    }
+
+    /// Removes `depth` nested directories `name` (and a file "leaf" in the
+    /// deepest) under `root` through fds, whatever their paths' length.
+    static func removeNested(_ root: String, name: String, depth: Int) {
+        var fds = [open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)]
+        for _ in 0..<depth {
+            let child = openat(fds.last!, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            guard child >= 0 else { break }
+            fds.append(child)
+        }
+        unlinkat(fds.last!, "leaf", 0)
+        while fds.count > 1 {
+            close(fds.removeLast())
+            unlinkat(fds.last!, name, AT_REMOVEDIR)
+        }
+        close(fds[0])
+    }
+
     @Test("deeper than the fd limit: a child process with RLIMIT_NOFILE 40 walks 300 levels")
     func deeperThanTheFDLimit() async throws {
         let dir = TemporaryDirectory()

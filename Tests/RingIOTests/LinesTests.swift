@@ -31,6 +31,40 @@ struct LinesTests {
         #expect(try await lines(dir.file("cr"), engine: engine) == ["a\rb"])
     }
 
+    @Test("a file of only newlines; \\r\\n across the 1 MiB read boundary", arguments: allBackends)
+    func newlinesAndBoundaries(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        Tree.touch(dir.file("newlines"), String(repeating: "\n", count: 100_000))
+        #expect(try await lines(dir.file("newlines"), engine: engine) == Array(repeating: "", count: 100_000))
+        Tree.touch(dir.file("crlf"), String(repeating: "\r\n", count: 1000))
+        #expect(try await lines(dir.file("crlf"), engine: engine) == Array(repeating: "", count: 1000))
+        // "\r" the last byte of the first MiB, "\n" the first of the second.
+        for size in [256 << 10, 1 << 20] {
+            let first = String(repeating: "a", count: size - 1)
+            Tree.touch(dir.file("split"), first + "\r\nb\r\n")
+            #expect(try await lines(dir.file("split"), engine: engine) == [first, "b"], "at \(size)")
+        }
+    }
+
+    @Test("IOChannel.lines() of a pipe: lines as they arrive; \\r\\n split between two reads", arguments: allBackends)
+    func pipeLines(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let pipe = try TestPipe()
+        let channel = IOChannel(kind: .stream, fileDescriptor: pipe.reader, queue: .global, engine: engine)
+        defer {
+            channel.close(stop: true)
+            pipe.closeAll()
+        }
+        _ = try pipe.writer.writeAll(Array("a\nb\r".utf8))
+        var lines = channel.lines().makeAsyncIterator()
+        // "a" out: the read of "a\nb\r" is in, and its "\r" waits for what follows.
+        #expect(try await lines.next() == "a")
+        _ = try pipe.writer.writeAll(Array("\nc\r\n".utf8))
+        #expect(try await lines.next() == "b")
+        #expect(try await lines.next() == "c")
+    }
+
     @Test("200,000 lines of varied lengths across many chunks: the same as splitting the text", arguments: allBackends)
     func manyLines(backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)
@@ -86,6 +120,15 @@ struct LinesTests {
             #expect(error.errno == .noSuchFileOrDirectory)
             #expect(error.operation == .openForReading)
         }
+        // A path that cannot make a channel (empty): one error, then the end.
+        var empty = IO.lines(at: "", engine: engine).makeAsyncIterator()
+        do {
+            _ = try await empty.next()
+            Issue.record("no error")
+        } catch {
+            #expect(error.operation == .openForReading)
+        }
+        #expect(try await empty.next() == nil)
     }
 
     @Test("IOChannel.lines(): a channel's lines; the channel stays open", arguments: allBackends)

@@ -9,12 +9,18 @@ struct LineSplitterTests {
     static let text = Array("alpha\r\nbeta\n\ngamma délta\r\n\r\nx\nlast line".utf8)
     static let expected = ["alpha", "beta", "", "gamma délta", "", "x", "last line"]
 
-    func run(_ chunks: [DataChunk], maximum: Int = 1 << 20) throws(LineSplitter.LineTooLong) -> [String] {
+    /// The lines of `chunks`: each chunk's lines taken before the next is
+    /// added (as `IO.Lines` does), or (`drainEach: false`) all at the end.
+    func run(_ chunks: [DataChunk], maximum: Int = 1 << 20, drainEach: Bool = true) throws(LineSplitter.LineTooLong) -> [String] {
         var splitter = LineSplitter(maximumLineLength: maximum)
-        var lines: [Substring] = []
-        for chunk in chunks { try splitter.split(chunk, into: &lines) }
-        if let last = splitter.finish() { lines.append(last) }
-        return lines.map(String.init)
+        var lines: [String] = []
+        for chunk in chunks {
+            splitter.append(chunk)
+            while drainEach, let line = try splitter.next() { lines.append(String(line)) }
+        }
+        splitter.finish()
+        while let line = try splitter.next() { lines.append(String(line)) }
+        return lines
     }
 
     @Test("every cut of the text into two chunks, and into one chunk of many regions")
@@ -23,6 +29,7 @@ struct LineSplitterTests {
         for cut in 0...bytes.count {
             let chunks = [DataChunk(bytes[..<cut]), DataChunk(bytes[cut...])]
             #expect(try run(chunks) == Self.expected, "cut at \(cut)")
+            #expect(try run(chunks, drainEach: false) == Self.expected, "cut at \(cut), drained at the end")
             // One chunk whose regions are cut there and at every third byte.
             var regions = DataChunk()
             var start = 0
@@ -37,6 +44,48 @@ struct LineSplitterTests {
     @Test("one byte per chunk")
     func byteByByte() throws {
         #expect(try run(Self.text.map { DataChunk([$0]) }) == Self.expected)
+        #expect(try run(Self.text.map { DataChunk([$0]) }, drainEach: false) == Self.expected)
+    }
+
+    @Test("\\r\\n split across two chunks is one line ending; a lone \\r stays in the line, and ends the last line as is")
+    func crlfAcrossChunks() throws {
+        #expect(try run([DataChunk("one\r".utf8), DataChunk("\ntwo\r".utf8), DataChunk("\n".utf8)]) == ["one", "two"])
+        #expect(try run([DataChunk("a\r".utf8), DataChunk("b\n".utf8)]) == ["a\rb"])
+        #expect(try run([DataChunk("end\r".utf8)]) == ["end\r"])
+    }
+
+    @Test("no input, empty chunks, and only newlines")
+    func emptyAndNewlines() throws {
+        #expect(try run([]) == [])
+        #expect(try run([DataChunk(), DataChunk()]) == [])
+        #expect(try run([DataChunk("\n\n\n".utf8)]) == ["", "", ""])
+        #expect(try run([DataChunk("\r\n\n".utf8), DataChunk("\r".utf8), DataChunk("\n".utf8)]) == ["", "", ""])
+        #expect(try run(Array(repeating: DataChunk("\n".utf8), count: 1000)) == Array(repeating: "", count: 1000))
+    }
+
+    @Test("one chunk of 10,000 lines (more than one scan of a block finds), \\n and \\r\\n")
+    func manyLinesInOneBlock() throws {
+        var text: [UInt8] = []
+        var expected: [String] = []
+        for i in 0..<10_000 {
+            let line = i % 7 == 0 ? "" : "line \(i)"
+            expected.append(line)
+            text += Array(line.utf8) + (i % 3 == 0 ? [13, 10] : [10])
+        }
+        #expect(LineSplitter.scanLines < 10_000)
+        #expect(try run([DataChunk(text)]) == expected)
+        #expect(try run([DataChunk(text[..<50_001]), DataChunk(text[50_001...])]) == expected)
+    }
+
+    @Test("a failure ends the lines: nothing after it, and next() is nil from then on")
+    func afterFailure() throws {
+        var splitter = LineSplitter(maximumLineLength: 3)
+        splitter.append(DataChunk("ab\nlong line\ncd\n".utf8))
+        #expect(try splitter.next() == "ab")
+        #expect(throws: LineSplitter.LineTooLong(line: 2)) { _ = try splitter.next() }
+        #expect(try splitter.next() == nil)
+        splitter.finish()
+        #expect(try splitter.next() == nil)
     }
 
     @Test("the maximum: a line of exactly it passes (with \\r\\n split from it), one byte more fails naming the line")
@@ -48,6 +97,17 @@ struct LineSplitterTests {
         }
         #expect(throws: LineSplitter.LineTooLong(line: 1)) {
             _ = try run([DataChunk(line), DataChunk(line)], maximum: 10)
+        }
+        // The lines before a carried line that passes the maximum come out first.
+        var splitter = LineSplitter(maximumLineLength: 10)
+        splitter.append(DataChunk(Array("a\nb\n".utf8) + line))
+        splitter.append(DataChunk(line))
+        #expect(try splitter.next() == "a")
+        #expect(try splitter.next() == "b")
+        #expect(throws: LineSplitter.LineTooLong(line: 3)) { _ = try splitter.next() }
+        // A last line (no newline) past the maximum fails too.
+        #expect(throws: LineSplitter.LineTooLong(line: 1)) {
+            _ = try run([DataChunk(line + [13])], maximum: 10)
         }
     }
 }

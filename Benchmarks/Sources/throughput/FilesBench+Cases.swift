@@ -61,6 +61,71 @@ extension FilesBench {
         return (lines, bytes)
     }
 
+    /// The size of each file of the read tree.
+    static let readTreeFileSize = 4096
+
+    /// 10,000 files of 4 KiB of distinct bytes in 100 directories; their
+    /// checksum.
+    static func makeReadTree(_ root: String) throws -> Int {
+        try make(root)
+        var bytes = [UInt64](repeating: 0, count: readTreeFileSize / 8)
+        var x: UInt64 = 0x0123_4567_89AB_CDEF
+        var sum = 0
+        for d in 0..<100 {
+            try make(root + "/d\(d)")
+            for f in 0..<100 {
+                for j in bytes.indices {
+                    x ^= x << 13; x ^= x >> 7; x ^= x << 17
+                    bytes[j] = x
+                }
+                let path = root + "/d\(d)/f\(f)"
+                let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+                guard fd >= 0 else { throw BenchError("create \(path): errno \(errno)") }
+                defer { close(fd) }
+                let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                guard n == readTreeFileSize else { throw BenchError("write \(path): errno \(errno)") }
+                sum &+= bytes.withUnsafeBytes { fileSum($0) }
+            }
+        }
+        return sum
+    }
+
+    /// One file's checksum; a tree's is the sum of its files' (in any order).
+    static func fileSum(_ bytes: UnsafeRawBufferPointer) -> Int {
+        var sums = FileSums()
+        sums.add(bytes, file: 0)
+        return Int(truncatingIfNeeded: sums.value)
+    }
+
+    static func readTreeRingIO(_ root: String) throws -> Int {
+        try blocking("RingIO read tree", timeout: 300) {
+            var sum = 0
+            for try await entry in IO.directoryEntries(at: FilePath(root), recursive: true) where entry.type == .regular {
+                sum &+= try await IO.readFile(at: entry.path).withUnsafeBytes { fileSum($0) }
+            }
+            return sum
+        }
+    }
+
+    static func readTreeRingIOConcurrent(_ root: String) throws -> Int {
+        try blocking("RingIO read tree, 16 at a time", timeout: 300) {
+            try await withThrowingTaskGroup(of: Int.self) { group in
+                var sum = 0, running = 0
+                for try await entry in IO.directoryEntries(at: FilePath(root), recursive: true) where entry.type == .regular {
+                    if running == 16, let one = try await group.next() {
+                        sum &+= one
+                        running -= 1
+                    }
+                    let path = entry.path
+                    group.addTask { try await IO.readFile(at: path).withUnsafeBytes { fileSum($0) } }
+                    running += 1
+                }
+                while let one = try await group.next() { sum &+= one }
+                return sum
+            }
+        }
+    }
+
     // MARK: - list
 
     static func countRingIO(_ tree: String) throws -> Int {

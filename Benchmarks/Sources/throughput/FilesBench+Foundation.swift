@@ -36,6 +36,17 @@ enum FoundationFiles {
         return pieces.count &* 31 &+ pieces.reduce(0) { $0 + $1.utf8.count }
     }
 
+    static func readTree(_ root: String) throws -> Int {
+        guard let enumerator = FileManager.default.enumerator(atPath: root) else { return -1 }
+        var sum = 0
+        while let name = enumerator.nextObject() as? String {
+            guard enumerator.fileAttributes?[.type] as? FileAttributeType == .typeRegular else { continue }
+            let data = try Data(contentsOf: URL(fileURLWithPath: root + "/" + name))
+            sum &+= data.withUnsafeBytes { FilesBench.fileSum($0) }
+        }
+        return sum
+    }
+
     static func remove(_ path: String) throws -> Int {
         try FileManager.default.removeItem(atPath: path)
         return FileManager.default.fileExists(atPath: path) ? 0 : 1

@@ -2,7 +2,8 @@
 // peers in the same run (Benchmarks/results/files.md has the figures).
 //
 //   swift run -c release --package-path Benchmarks throughput files \
-//       [--rounds 5] [--busy 2] [--dir DIR] [--lines-mib 200] [--only list,info,lines,remove]
+//       [--rounds 5] [--busy 2] [--dir DIR] [--lines-mib 200] [--only list,info,lines,read,remove]
+//       [--systems getline,RingIO]   (only the systems whose names contain one of these)
 //
 // 1. list:   100,000 files in 100 directories, walked recursively and the
 //            regular files counted: RingIO (entries, and batches), FileManager's
@@ -15,7 +16,12 @@
 // 3. lines:  a 200 MiB text file of lines of 0–120 bytes: RingIO IO.lines,
 //            a getline(3) loop, FileHandle.readToEnd + split, String(contentsOfFile:)
 //            + split; each counts the lines and their bytes.
-// 4. remove: a tree of 10,000 files in 100 directories (made anew before each
+// 4. read:   a tree of 10,000 files of 4 KiB in 100 directories, listed
+//            recursively and every file read whole into a checksum: RingIO
+//            directoryEntries + IO.readFile (one after another, and 16 at a
+//            time), FileManager's enumerator + Data(contentsOf:), NIO
+//            listContents + readToEnd (one after another, and 16 at a time).
+// 5. remove: a tree of 10,000 files in 100 directories (made anew before each
 //            run, untimed): RingIO removeItem(recursively:), FileManager.removeItem,
 //            NIO removeItem, `rm -rf`.
 //
@@ -39,6 +45,8 @@ enum FilesBench {
         var only: [String] = []
         /// A ringcp binary for the copy section's `ringcp -r` rows.
         var ringcp: String?
+        /// Only the systems whose names contain one of these (all when empty).
+        var systems: [String] = []
     }
 
     /// One system of a section: an untimed setup, then the timed run, whose
@@ -60,8 +68,9 @@ enum FilesBench {
             case "--lines-mib": o.linesMiB = Int(it.next() ?? "") ?? 0
             case "--only": o.only += (it.next() ?? "").split(separator: ",").map(String.init)
             case "--ringcp": o.ringcp = it.next()
+            case "--systems": o.systems += (it.next() ?? "").split(separator: ",").map(String.init)
             default:
-                print("usage: throughput files [--rounds N] [--busy N] [--dir DIR] [--lines-mib N] [--ringcp PATH] [--only list,info,lines,remove,copy]")
+                print("usage: throughput files [--rounds N] [--busy N] [--dir DIR] [--lines-mib N] [--ringcp PATH] [--only list,info,lines,read,remove,copy] [--systems NAME,...]")
                 exit(option == "--help" ? 0 : 2)
             }
         }
@@ -79,6 +88,10 @@ enum FilesBench {
     }
 
     static func wants(_ o: Options, _ section: String) -> Bool { o.only.isEmpty || o.only.contains(section) }
+
+    static func chosen(_ systems: [System], _ o: Options) -> [System] {
+        o.systems.isEmpty ? systems : systems.filter { s in o.systems.contains { s.name.contains($0) } }
+    }
 
     static func run(_ o: Options) throws {
         let parent = o.directory ?? "/tmp"
@@ -106,7 +119,7 @@ enum FilesBench {
                 System(name: "find -type f | wc -l") { try countFind(tree) },
             ]
             report("List 100,000 files in 100 directories (recursive)", unit: "entries/s", work: 100_000,
-                   measure(systems, expected: 100_000, rounds: o.rounds))
+                   measure(chosen(systems, o), expected: 100_000, rounds: o.rounds))
         }
         if wants(o, "info") {
             let paths = (0..<10).flatMap { d in (0..<1000).map { tree + "/d\(d)/file-\($0).txt" } }
@@ -119,7 +132,7 @@ enum FilesBench {
                 System(name: "statx loop (floor)") { statxLoop(paths) },
             ]
             report("Info of 10,000 files, one after another", unit: "files/s", work: 10_000,
-                   measure(systems, expected: 10_000, rounds: o.rounds))
+                   measure(chosen(systems, o), expected: 10_000, rounds: o.rounds))
         }
         if wants(o, "lines") {
             let text = root + "/text"
@@ -132,7 +145,20 @@ enum FilesBench {
                 System(name: "String(contentsOfFile:) + split") { try FoundationFiles.linesString(text) },
             ]
             report("Lines of a \(o.linesMiB) MiB text file (\(lines) lines)", unit: "MiB/s", work: Double(o.linesMiB),
-                   measure(systems, expected: expected, rounds: o.rounds))
+                   measure(chosen(systems, o), expected: expected, rounds: o.rounds))
+        }
+        if wants(o, "read") {
+            let files = root + "/files"
+            let expected = try makeReadTree(files)
+            let systems = [
+                System(name: "RingIO directoryEntries + IO.readFile") { try readTreeRingIO(files) },
+                System(name: "RingIO, 16 files at a time") { try readTreeRingIOConcurrent(files) },
+                System(name: "FileManager enumerator + Data(contentsOf:)") { try FoundationFiles.readTree(files) },
+                System(name: "NIO listContents + readToEnd") { try NIOFiles.readTree(files, width: 1) },
+                System(name: "NIO, 16 files at a time") { try NIOFiles.readTree(files, width: 16) },
+            ]
+            report("Read every file of a tree of 10,000 files of 4 KiB (list + read + checksum)", unit: "files/s",
+                   work: 10_000, measure(chosen(systems, o), expected: expected, rounds: o.rounds))
         }
         if wants(o, "copy") {
             // 10,000 files of 4 KiB in 100 directories, copied to a new tree (removed, untimed, before each run).
@@ -177,7 +203,7 @@ enum FilesBench {
                 System(name: "rm -rf", setup: setup) { try removeRm(doomed) },
             ]
             report("Remove a tree of 10,000 files in 100 directories", unit: "files/s", work: 10_000,
-                   measure(systems, expected: 1, rounds: o.rounds))
+                   measure(chosen(systems, o), expected: 1, rounds: o.rounds))
         }
     }
 

@@ -5,6 +5,7 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+import RingIOBase
 
 /// What the file system knows about one file: its type, size, owner,
 /// permissions and times (`IO.info(at:followingSymlinks:)`).
@@ -37,16 +38,22 @@ public struct FileInfo: Sendable, Hashable {
         /// with the `statx` type; or a mode RingIO does not know).
         case unknown
 
-        /// The type of a mode's `S_IFMT` bits (0o170000).
+        /// The type of a mode's `S_IFMT` bits, as swift-system reads them
+        /// (`FileType(mode:)`, the library's one reading of them).
         package init(mode: UInt32) {
-            switch mode & 0o170000 {
-            case 0o100000: self = .regular          // S_IFREG
-            case 0o040000: self = .directory        // S_IFDIR
-            case 0o120000: self = .symlink          // S_IFLNK
-            case 0o010000: self = .fifo             // S_IFIFO
-            case 0o140000: self = .socket           // S_IFSOCK
-            case 0o020000: self = .characterDevice  // S_IFCHR
-            case 0o060000: self = .blockDevice      // S_IFBLK
+            self.init(SystemPackage.FileType(mode: CModeT(mode)))
+        }
+
+        /// The same type in RingIO's words.
+        package init(_ type: SystemPackage.FileType) {
+            switch type {
+            case .regular: self = .regular
+            case .directory: self = .directory
+            case .symbolicLink: self = .symlink
+            case .fifo: self = .fifo
+            case .socket: self = .socket
+            case .characterSpecial: self = .characterDevice
+            case .blockSpecial: self = .blockDevice
             default: self = .unknown
             }
         }

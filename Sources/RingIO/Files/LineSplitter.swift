@@ -8,17 +8,18 @@ import RingIOData
 
 /// Cuts bytes into lines, a chunk at a time: the pure part of `IO.Lines`.
 ///
-/// Each region of a chunk is searched from its end for its last `\n`
-/// (`memrchr`); the bytes up to it (after the unfinished line carried from
-/// earlier regions) become one `String`, searched for its `\n`s with
-/// `memchr` in its own UTF-8 storage, and each line is a `Substring` of
-/// it: one copy and one allocation per region, none per line, and no loop
-/// over bytes in Swift. Bytes that are not UTF-8 are repaired (U+FFFD)
-/// by the `String`, as `String(decoding:as:)` does.
+/// `append` searches each region of a chunk from its end for its last
+/// `\n` (`memrchr`); the bytes up to it (after the unfinished line carried
+/// from earlier regions) become one `String`, a *block* of whole lines,
+/// and the rest is carried. When `next` takes a block up, `memchr` finds
+/// its lines' bounds in the block's own UTF-8 storage, 4,096 at a time; each
+/// `next` then makes one `Substring` of the block. One copy and one
+/// allocation per region, none per line, no loop over bytes in Swift. Bytes that are not UTF-8 are repaired (U+FFFD) by
+/// the `String`, as `String(decoding:as:)` does.
 ///
 /// ```
 ///  region:  … ab\ncd\r\nef\ngh          (carry: "xy")
-///  block:   "xyab\ncd\r\nef\n"  → "xyab", "cd", "ef"
+///  block:   "xyab\ncd\r\nef\n"  → next: "xyab", "cd", "ef", nil
 ///  carry:   "gh"
 /// ```
 package struct LineSplitter {
@@ -26,8 +27,25 @@ package struct LineSplitter {
     package let maximumLineLength: Int
     /// The bytes of the unfinished line.
     private var carry: [UInt8] = []
-    /// Lines finished so far (for the error's message).
+    /// Lines handed out so far (for the error's message).
     package private(set) var lineCount = 0
+    /// Blocks of whole lines, each ending with `\n`; the first `blockIndex`
+    /// are used up.
+    private var blocks: [String] = []
+    private var blockIndex = 0
+    /// The block whose lines `next` is handing out, the UTF-8 bounds of its
+    /// lines (without their `\n` or `\r\n`, found with `memchr` when it is
+    /// taken up), and the next line's index in them.
+    private var block = ""
+    private var bounds: [(start: Int, end: Int)] = []
+    private var position = 0
+    /// The UTF-8 offset up to which `bounds` have been found in `block`.
+    private var scanned = 0
+    /// The last line, without a newline, once the input has ended.
+    private var lastLine: String?
+    /// The unfinished line passed the maximum: `next` fails once the lines
+    /// before it are out; no more input is kept.
+    private var overflowed = false
 
     /// A line longer than the maximum: its number (from 1).
     package struct LineTooLong: Error, Equatable {
@@ -39,86 +57,133 @@ package struct LineSplitter {
         self.maximumLineLength = Swift.max(maximumLineLength, 0)
     }
 
-    /// The lines `chunk` finishes, appended to `lines`.
-    ///
-    /// - Throws: `LineTooLong` when a line (finished or not) passes the
-    ///   maximum.
-    package mutating func split(_ chunk: DataChunk, into lines: inout [Substring]) throws(LineTooLong) {
-        var failure: LineTooLong?
+    /// Adds `chunk`'s bytes; `next` then hands out the lines it finishes.
+    package mutating func append(_ chunk: DataChunk) {
+        if blockIndex == blocks.count {
+            blocks.removeAll(keepingCapacity: true)
+            blockIndex = 0
+        }
         chunk.apply { _, _, bytes in
-            do throws(LineTooLong) {
-                try split(region: bytes, into: &lines)
-                return true
-            } catch {
-                failure = error
-                return false
+            append(region: bytes)
+            return !overflowed
+        }
+    }
+
+    /// The input has ended: its last bytes, when they do not end with a
+    /// newline, are the last line.
+    package mutating func finish() {
+        guard !carry.isEmpty, !overflowed else { return }
+        if carry.count > maximumLineLength {
+            overflowed = true
+        } else {
+            lastLine = String(decoding: carry, as: UTF8.self)
+        }
+        carry = []
+    }
+
+    /// The next line, or `nil` when every line added so far is out (more
+    /// input is needed, or, after `finish`, the lines are over).
+    ///
+    /// - Throws: `LineTooLong` when the next line passes the maximum; the
+    ///   lines before it have been handed out.
+    @inline(__always)
+    package mutating func next() throws(LineTooLong) -> Substring? {
+        while position == bounds.count {
+            if scanned == block.utf8.count, !nextBlock() { return try last() }
+            scan()
+        }
+        let (start, end) = bounds[position]
+        if end - start > maximumLineLength { throw fail() }
+        position += 1
+        lineCount += 1
+        let from = block.utf8.index(block.utf8.startIndex, offsetBy: start)
+        return block[from..<block.utf8.index(from, offsetBy: end - start)]
+    }
+
+    /// Takes up the next block, when there is one.
+    private mutating func nextBlock() -> Bool {
+        guard blockIndex < blocks.count else { return false }
+        block = blocks[blockIndex]
+        blocks[blockIndex] = ""  // the block is held once, by `block`
+        blockIndex += 1
+        scanned = 0
+        return true
+    }
+
+    /// The bounds of the block's next lines, up to `scanLines` of them (a
+    /// block of a million empty lines takes no more memory than one of a
+    /// thousand).
+    private mutating func scan() {
+        position = 0
+        var start = scanned
+        let block = self.block
+        // A fresh buffer per scan (one allocation per 4,096 lines), written
+        // with no checks per line.
+        bounds = Array(unsafeUninitializedCapacity: Self.scanLines) { buffer, count in
+            let contiguous: Void? = block.utf8.withContiguousStorageIfAvailable { utf8 in
+                let base = UnsafeRawPointer(utf8.baseAddress!)
+                // A block ends with "\n": every line of it ends at one.
+                while count < buffer.count, start < utf8.count,
+                      let newline = memchr(base + start, 0x0A, utf8.count - start) {
+                    let offset = UnsafeRawPointer(newline) - base
+                    buffer.initializeElement(at: count, to: (start, offset > start && utf8[offset - 1] == 0x0D ? offset - 1 : offset))
+                    count += 1
+                    start = offset + 1
+                }
+            }
+            if contiguous == nil {
+                // Never the case here (every block is a native string), but correct.
+                let utf8 = Array(block.utf8)
+                while count < buffer.count, start < utf8.count, let offset = utf8[start...].firstIndex(of: 0x0A) {
+                    buffer.initializeElement(at: count, to: (start, offset > start && utf8[offset - 1] == 0x0D ? offset - 1 : offset))
+                    count += 1
+                    start = offset + 1
+                }
             }
         }
-        if let failure { throw failure }
+        scanned = bounds.isEmpty ? block.utf8.count : start
     }
 
-    /// The last line, when the bytes did not end with a newline; `nil`
-    /// otherwise.
-    package mutating func finish() -> Substring? {
-        guard !carry.isEmpty else { return nil }
-        defer { carry.removeAll() }
+    /// The most line bounds `scan` finds at once.
+    package static let scanLines = 4096
+
+    /// After the blocks: the failure the carry recorded, or the last line.
+    private mutating func last() throws(LineTooLong) -> Substring? {
+        if overflowed { throw fail() }
+        guard let line = lastLine else { return nil }
+        lastLine = nil
         lineCount += 1
-        return Substring(String(decoding: carry, as: UTF8.self))
+        return Substring(line)
     }
 
-    private mutating func split(region bytes: UnsafeRawBufferPointer, into lines: inout [Substring]) throws(LineTooLong) {
-        guard let base = bytes.baseAddress, bytes.count > 0 else { return }
+    /// The failure for the next line; nothing is kept after it.
+    private mutating func fail() -> LineTooLong {
+        (carry, blocks, blockIndex, block, bounds, position, scanned, lastLine, overflowed) = ([], [], 0, "", [], 0, 0, nil, false)
+        return LineTooLong(line: lineCount + 1)
+    }
+
+    private mutating func append(region bytes: UnsafeRawBufferPointer) {
+        guard !overflowed, let base = bytes.baseAddress, bytes.count > 0 else { return }
         guard let lastNewline = cliburing_memrchr(base, 0x0A, bytes.count) else {
-            if carry.count + bytes.count > maximumLineLength + 1 || (carry.count + bytes.count > maximumLineLength
-                && bytes[bytes.count - 1] != 0x0D) {
-                throw LineTooLong(line: lineCount + 1)
+            // No line ends here: the carry grows, up to the maximum (and a
+            // "\r" that may start the "\r\n" after it).
+            let count = carry.count + bytes.count
+            if count > maximumLineLength + 1 || (count > maximumLineLength && bytes[bytes.count - 1] != 0x0D) {
+                overflowed = true
+                carry = []
+                return
             }
             carry.append(contentsOf: bytes)
             return
         }
         let end = UnsafeRawPointer(lastNewline) - base + 1
-        var block: String
         if carry.isEmpty {
-            block = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[..<end]), as: UTF8.self)
+            blocks.append(String(decoding: UnsafeRawBufferPointer(rebasing: bytes[..<end]), as: UTF8.self))
         } else {
             carry.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[..<end]))
-            block = String(decoding: carry, as: UTF8.self)
-            carry.removeAll(keepingCapacity: true)
+            blocks.append(String(decoding: carry, as: UTF8.self))
+            carry.removeAll(keepingCapacity: carry.capacity <= 64 << 10)
         }
         if end < bytes.count { carry.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[end...])) }
-        try cut(&block, into: &lines)
-    }
-
-    /// Appends the lines of `block`, which ends with `\n`.
-    private mutating func cut(_ block: inout String, into lines: inout [Substring]) throws(LineTooLong) {
-        // Offsets first (inside the storage), then the substrings.
-        var bounds: [(start: Int, end: Int)] = []
-        var failure: LineTooLong?
-        let maximum = maximumLineLength
-        let first = lineCount
-        block.withUTF8 { utf8 in
-            let base = UnsafeRawPointer(utf8.baseAddress!)
-            var start = 0
-            while start < utf8.count, let newline = memchr(base + start, 0x0A, utf8.count - start) {
-                let position = UnsafeRawPointer(newline) - base
-                var end = position
-                if end > start && utf8[end - 1] == 0x0D { end -= 1 }
-                if end - start > maximum {
-                    failure = LineTooLong(line: first + bounds.count + 1)
-                    return
-                }
-                bounds.append((start, end))
-                start = position + 1
-            }
-        }
-        if let failure { throw failure }
-        lineCount += bounds.count
-        let utf8 = block.utf8
-        lines.reserveCapacity(lines.count + bounds.count)
-        for (start, end) in bounds {
-            let from = utf8.index(utf8.startIndex, offsetBy: start)
-            let to = utf8.index(from, offsetBy: end - start)
-            lines.append(block[from..<to])
-        }
     }
 }

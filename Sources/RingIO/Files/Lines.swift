@@ -1,4 +1,5 @@
 import SystemPackage
+import RingIOBase
 import RingIOData
 import RingIOQueue
 @_spi(Engine) import RingIOEngine
@@ -14,8 +15,11 @@ extension IO {
     /// A line ends at `\n` or `\r\n`, which are not part of it; a last line
     /// without a newline is a line; an empty file has none. Bytes that are
     /// not UTF-8 become U+FFFD, as with `String(decoding:as:)`. The file is
-    /// read through a stream channel a chunk at a time, so its size does
-    /// not matter; a line may span chunks.
+    /// read through a stream channel 256 KiB at a time (a regular file,
+    /// each read tried on the calling thread first) or as its reads
+    /// deliver (a pipe or FIFO), so its size does not matter; a line may
+    /// span reads. The lines of what was read are handed out without
+    /// suspending.
     ///
     /// ```swift
     /// var count = 0
@@ -65,17 +69,32 @@ extension IO {
         }
 
         /// The iterator; dropping it stops the read.
+        ///
+        /// It hands out the lines of the chunk it holds without suspending,
+        /// and awaits only for the next chunk.
         public struct AsyncIterator: AsyncIteratorProtocol {
             public typealias Element = Substring
             public typealias Failure = IOError
+
+            /// How the bytes come: awaited reads of a regular file (each
+            /// tried inline, `preadv2(RWF_NOWAIT)` on this thread, so that a
+            /// cached file is read with no hop and no suspension), at an
+            /// offset (a random channel) or the file position (`nil`); or the
+            /// deliveries of one read, as they arrive (pipes, FIFOs, sockets,
+            /// and files not known to be regular).
+            enum Reader {
+                case reads(offset: Int64?)
+                case chunks(IOChannel.Chunks.Iterator)
+            }
+
+            /// The size of each awaited read: the largest a read tries inline.
+            static let readSize = 256 << 10
 
             let source: Source
             var splitter: LineSplitter
             var channel: IOChannel?
             var closer: ChannelCloser?
-            var chunks: IOChannel.Chunks.Iterator?
-            var lines: [Substring] = []
-            var index = 0
+            var reader: Reader?
             var ended = false
 
             init(source: Source, splitter: LineSplitter) {
@@ -90,59 +109,91 @@ extension IO {
                 }
             }
 
+            // Inlinable, so that a line already read costs the caller no
+            // async call and no executor check: one call into the splitter.
+            @inlinable
             public mutating func next(isolation actor: isolated (any Actor)?) async throws(IOError) -> Substring? {
-                while index == lines.count {
-                    if ended { return nil }
-                    lines.removeAll(keepingCapacity: true)
-                    index = 0
-                    try await fill(isolation: actor)
-                }
-                defer { index += 1 }
-                return lines[index]
+                if let line = try nextBuffered() { return line }
+                return try await nextRead(isolation: actor)
             }
 
             public mutating func next() async throws(IOError) -> Substring? {
                 try await next(isolation: nil)
             }
 
-            /// Reads chunks until at least one line is done or the input ends.
-            private mutating func fill(isolation actor: isolated (any Actor)?) async throws(IOError) {
-                if chunks == nil { try openChannel() }
-                while lines.isEmpty {
-                    let chunk: DataChunk?
-                    do throws(Errno) {
-                        chunk = try await chunks!.next(isolation: actor)
-                    } catch {
-                        let opening = channel?.core.pathFailure != nil
-                        throw IOError(opening ? .openForReading : .read, path: path, errno: error)
-                    }
-                    guard let chunk else {
-                        ended = true
-                        closer = nil
-                        if let last = splitter.finish() { lines.append(last) }
-                        return
-                    }
-                    do throws(LineSplitter.LineTooLong) {
-                        try splitter.split(chunk, into: &lines)
-                    } catch {
-                        ended = true
-                        closer = nil
-                        throw IOError(.read, path: path, errno: .overflow,
-                                      detail: "line \(error.line) is longer than the maximum of \(splitter.maximumLineLength) bytes")
-                    }
+            /// The next line of the chunks read so far, if any.
+            @usableFromInline
+            mutating func nextBuffered() throws(IOError) -> Substring? {
+                do throws(LineSplitter.LineTooLong) {
+                    return try splitter.next()
+                } catch {
+                    ended = true
+                    closer = nil
+                    throw IOError(.read, path: path, errno: .overflow,
+                                  detail: "line \(error.line) is longer than the maximum of \(splitter.maximumLineLength) bytes")
                 }
             }
 
+            /// Reads chunks until a line is done or the input ends.
+            @usableFromInline
+            mutating func nextRead(isolation actor: isolated (any Actor)?) async throws(IOError) -> Substring? {
+                while !ended {
+                    if reader == nil {
+                        do throws(IOError) {
+                            try openChannel()
+                        } catch {
+                            ended = true  // one throw; then the sequence is over
+                            throw error
+                        }
+                    }
+                    let chunk: DataChunk?
+                    do throws(Errno) {
+                        switch reader! {
+                        case .reads(let offset):
+                            let read = try await channel!.read(offset: offset ?? 0, length: Self.readSize)
+                            chunk = read.isEmpty ? nil : read
+                            if let offset { reader = .reads(offset: offset + Int64(read.count)) }
+                        case .chunks(var chunks):
+                            chunk = try await chunks.next(isolation: actor)
+                        }
+                    } catch {
+                        ended = true
+                        closer = nil
+                        let opening = channel?.core.pathFailure != nil
+                        throw IOError(opening ? .openForReading : .read, path: path, errno: error)
+                    }
+                    if let chunk {
+                        splitter.append(chunk)
+                    } else {
+                        ended = true
+                        closer = nil
+                        splitter.finish()
+                    }
+                    if let line = try nextBuffered() { return line }
+                }
+                return nil
+            }
+
             private mutating func openChannel() throws(IOError) {
+                let regular: Bool
                 switch source {
                 case .path(let path, let engine):
+                    // Known regular only when its name is cached on a local
+                    // file system (no wait); otherwise the chunks, which read
+                    // anything.
+                    regular = IO.cachedInfo(at: path, followingSymlinks: true)?.type == .regular
                     let opened = try IOChannel(kind: .stream, path: path, mode: .readOnly, queue: .global, engine: engine)
                     channel = opened
                     closer = ChannelCloser(opened)
                 case .channel(let existing):
                     channel = existing
+                    regular = existing.fileDescriptor.map { (try? Syscall.fstat($0.rawValue))?.type == .regular } ?? false
                 }
-                chunks = channel!.chunks().makeAsyncIterator()
+                if regular {
+                    reader = .reads(offset: channel!.kind == .random ? 0 : nil)
+                } else {
+                    reader = .chunks(channel!.chunks().makeAsyncIterator())
+                }
             }
         }
     }
