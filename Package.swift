@@ -77,6 +77,21 @@ let package = Package(
             path: "Sources/RingIO/Channel"
         ),
         .target(
+            // IOSource and its kinds (timer, read, write, file system,
+            // signal, process, user data) on the engine's timers and watches.
+            name: "RingIOSources",
+            dependencies: [
+                "RingIOBase",
+                "RingIOQueue",
+                "RingIOData",
+                "RingIOEngine",
+                "RingIOChannel",
+                "CLiburing",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
+            path: "Sources/RingIO/Sources"
+        ),
+        .target(
             // IO's one-shots (readFile, writeFile, copyFile), the small-file
             // paths and the copy strategies, FileCopier.
             name: "RingIOFiles",
@@ -101,10 +116,11 @@ let package = Package(
                 "RingIOData",
                 "RingIOEngine",
                 "RingIOChannel",
+                "RingIOSources",
                 "RingIOFiles",
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
-            exclude: ["Base", "Queue", "Data", "Engine", "Channel", "Files"]
+            exclude: ["Base", "Queue", "Data", "Engine", "Channel", "Sources", "Files"]
         ),
         .target(
             name: "RingIOFoundation",
@@ -166,6 +182,7 @@ let package = Package(
                 "RingIOData",
                 "RingIOEngine",
                 "RingIOChannel",
+                "RingIOSources",
                 "RingIOFiles",
                 "RingIOTestSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
@@ -181,6 +198,7 @@ let package = Package(
                 "RingIOData",
                 "RingIOEngine",
                 "RingIOChannel",
+                "RingIOSources",
                 "RingIOFiles",
                 "RingIOFoundation",
                 "RingIOTestSupport",

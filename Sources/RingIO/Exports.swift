@@ -6,4 +6,5 @@
 @_spi(Engine) @_exported import RingIOEngine
 @_exported import RingIOQueue
 @_exported import RingIOChannel
+@_exported import RingIOSources
 @_exported import RingIOFiles
