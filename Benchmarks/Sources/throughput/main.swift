@@ -28,11 +28,12 @@ import Glibc
 #endif
 import BenchSupport
 
-// `throughput direct ...`: cold-cache, range-read and registered-resource cases (DirectCases.swift).
+// `throughput queues ...`: asyncAfter, concurrentPerform, semaphores beside Dispatch (QueueCases.swift).
 if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "queues" {
     QueueBench.main(Array(CommandLine.arguments.dropFirst(2)))
 }
 
+// `throughput direct ...`: cold-cache, range-read and registered-resource cases (DirectCases.swift).
 if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "direct" {
     DirectBench.main(Array(CommandLine.arguments.dropFirst(2)))
 }

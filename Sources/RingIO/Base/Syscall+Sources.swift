@@ -5,6 +5,7 @@ import Musl
 #endif
 import CLiburing
 import SystemPackage
+import Synchronization
 
 // The dispatch sources' calls: readiness checks and estimates, signal
 // masks and signalfd, inotify, pidfd and waitid.
@@ -105,12 +106,13 @@ extension Syscall {
     /// - Throws: `Errno.invalidArgument` for SIGKILL, SIGSTOP or a number out of range.
     package static func forwardSignal(_ signal: CInt, to tid: CInt, saving old: inout sigaction) throws(Errno) {
         guard signal > 0, signal < 65 else { throw .invalidArgument }
-        signalForwardTable[Int(signal)] = tid
+        signalForwardTable[Int(signal)].store(tid, ordering: .releasing)
         _ = try once(.sigaction) { () throws(Errno) in
             try valueOrNegatedErrno(cliburing_install_handler(signal, { sig in
-                // A signal handler: one load and one system call.
+                // A signal handler: one atomic load and one system call
+                // (no lock, no allocation: async-signal-safe).
                 guard sig > 0, sig < 65 else { return }
-                let tid = signalForwardTable[Int(sig)]
+                let tid = signalForwardTable[Int(sig)].load(ordering: .acquiring)
                 if tid > 0 { _ = cliburing_tgkill(tid, sig) }
             }, &old))
         }
@@ -126,7 +128,7 @@ extension Syscall {
     package static func restoreSignal(_ signal: CInt, _ old: inout sigaction) {
         guard signal > 0, signal < 65 else { return }
         _ = cliburing_restore_action(signal, &old)
-        signalForwardTable[Int(signal)] = 0
+        signalForwardTable[Int(signal)].store(0, ordering: .releasing)
     }
 
     /// Blocks `signal` in the calling thread.
@@ -166,14 +168,17 @@ extension Syscall {
     }
 }
 
-/// The thread each signal is forwarded to (0: none), read by the forwarding
-/// handler. `nonisolated(unsafe)`: written only under the signal hub's lock
-/// (before the handler is installed, after it is removed), read by the
-/// handler as a plain aligned Int32 load; allocated at the first use, before
-/// any handler that reads it exists.
-nonisolated(unsafe) private let signalForwardTable: UnsafeMutablePointer<Int32> = {
-    let table = UnsafeMutablePointer<Int32>.allocate(capacity: 65)
-    table.initialize(repeating: 0, count: 65)
+/// The thread each signal is forwarded to (0: none), one atomic per signal
+/// number, stored by the thread that installs or removes the forwarding and
+/// loaded by the forwarding handler: a lock-free atomic load is
+/// async-signal-safe, where a lock or an allocation in the handler is not.
+/// `nonisolated(unsafe)`: the pointer itself never changes after its
+/// initialization (which runs at the first `forwardSignal`, before any
+/// handler that reads it is installed); every access to the pointees is
+/// atomic.
+nonisolated(unsafe) private let signalForwardTable: UnsafeMutablePointer<Atomic<Int32>> = {
+    let table = UnsafeMutablePointer<Atomic<Int32>>.allocate(capacity: 65)
+    for i in 0..<65 { (table + i).initialize(to: Atomic(0)) }
     return table
 }()
 

@@ -4,7 +4,6 @@ import Glibc
 import Musl
 #endif
 import CLiburing
-import Synchronization
 import RingIOBase
 import RingIOQueue
 
@@ -34,7 +33,7 @@ import RingIOQueue
 /// - A deadline whose window (`deadline ... deadline + leeway`) holds the
 ///   armed timeout does not move it: the timers share the wake-up.
 package final class EngineTimerService: TimerService, @unchecked Sendable {
-    // @unchecked: `state` is a Mutex (its `IORequest`s are not Sendable
+    // @unchecked: `state` is `Locked` (its `IORequest`s are not Sendable
     // values but are only handed to the backend); `backend`, `clock` and
     // the base instants are immutable.
 
@@ -53,7 +52,7 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
         var dead = false
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// The engine's backend. It holds this service back only through the
     /// timeout in flight, which its shutdown cancels.
     private let backend: any EngineBackend

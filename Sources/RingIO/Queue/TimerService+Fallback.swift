@@ -119,7 +119,7 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
             return id
         }
         if start {
-            let rc = spawnThread(name: "ringio-timers") { [self] in run() }
+            let rc = spawnThread(name: "ringio-after") { [self] in run() }
             precondition(rc == 0, "RingIO: cannot start the timer thread (pthread_create: \(rc))")
         }
         return TimerToken(id: id)

@@ -3,7 +3,6 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import Synchronization
 import RingIOBase
 @_spi(Engine) import RingIOEngine
 
@@ -34,8 +33,8 @@ final class FDWatch: Sendable {
     private let onReady: @Sendable (Int32) -> Void
     private let onError: @Sendable (Int32) -> Void
     /// `IORequest` is not `Sendable`; the requests here are only handed to
-    /// the engine and compared, under the Mutex.
-    private let state = Mutex(State())
+    /// the engine and compared, under the lock.
+    private let state = Locked(State())
 
     init(engine: IOEngine, fd: Int32, events: Int16, rearmAtOnce: Bool,
          onReady: @escaping @Sendable (Int32) -> Void,

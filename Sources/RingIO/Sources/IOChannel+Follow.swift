@@ -3,7 +3,6 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import Synchronization
 import SystemPackage
 import RingIOBase
 import RingIOData
@@ -164,7 +163,7 @@ final class FileWatcher: Sendable {
 
     /// One pending wake-up and one waiter.
     final class Wake: Sendable {
-        private let state = Mutex<(pending: Bool, waiter: CheckedContinuation<Bool, Never>?)>((false, nil))
+        private let state = Locked<(pending: Bool, waiter: CheckedContinuation<Bool, Never>?)>((false, nil))
 
         func signal() {
             let waiter = state.withLock { s -> CheckedContinuation<Bool, Never>? in

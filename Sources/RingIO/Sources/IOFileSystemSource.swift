@@ -4,7 +4,6 @@ import Glibc
 import Musl
 #endif
 import CLiburing
-import Synchronization
 import SystemPackage
 import RingIOBase
 import RingIOQueue
@@ -48,7 +47,7 @@ import RingIOQueue
 ///
 /// The corresponding libdispatch type is `DISPATCH_SOURCE_TYPE_VNODE`.
 public final class IOFileSystemSource: IOSource, @unchecked Sendable {
-    // @unchecked: `tracked` and `wd` are Mutexes; the rest is immutable.
+    // @unchecked: `tracked` and `wd` are each `Locked`; the rest is immutable.
 
     /// What a file-system source reports (libdispatch's `NOTE_*` values).
     public struct Event: OptionSet, Sendable, CustomStringConvertible {
@@ -83,8 +82,8 @@ public final class IOFileSystemSource: IOSource, @unchecked Sendable {
     private let wanted: Event
     private let engine: IOEngine
     /// The size and link count last seen (for `.extend` and `.link`).
-    private let tracked = Mutex<(size: Int64, links: Int)>((0, 0))
-    private let wd = Mutex<Int32>(-1)
+    private let tracked = Locked<(size: Int64, links: Int)>((0, 0))
+    private let wd = Locked<Int32>(-1)
 
     /// Creates an inactive source on `fileDescriptor` (which stays the
     /// caller's: close it in the cancel handler).

@@ -24,7 +24,7 @@ import RingIOQueue
 /// watcher.activate()
 /// ```
 public final class IOProcessSource: IOSource, @unchecked Sendable {
-    // @unchecked: `watch`, `pidfd` and `status` are Mutex/Atomic; the rest
+    // @unchecked: `watch`, `pidfd` and `status` are Locked/Atomic; the rest
     // is immutable.
 
     /// What a process source reports.
@@ -38,7 +38,7 @@ public final class IOProcessSource: IOSource, @unchecked Sendable {
     private let processID: pid_t
     private let wanted: Event
     private let engine: IOEngine
-    private let watch = Mutex<(watch: FDWatch?, fd: Int32)>((nil, -1))
+    private let watch = Locked<(watch: FDWatch?, fd: Int32)>((nil, -1))
     private let status = Atomic<Int64>(-1)
     /// `.exit` was reported: the pidfd's later wake-ups (the parent's
     /// `waitpid` reaping the child wakes a multishot poll again) are not.

@@ -22,7 +22,7 @@ import RingIOQueue
 ///
 /// The corresponding libdispatch type is `DISPATCH_SOURCE_TYPE_TIMER`.
 public final class IOTimerSource: IOSource, @unchecked Sendable {
-    // @unchecked: `schedule` is a Mutex; `engine` is immutable.
+    // @unchecked: `schedule` is `Locked`; `engine` is immutable.
 
     private struct Schedule {
         /// Registered (activated and not cancelled).
@@ -38,7 +38,7 @@ public final class IOTimerSource: IOSource, @unchecked Sendable {
     }
 
     private let engine: IOEngine
-    private let timer = Mutex(Schedule())
+    private let timer = Locked(Schedule())
     private let generations = Atomic<UInt64>(0)
 
     /// Creates an inactive timer, not yet scheduled (it never fires until
