@@ -7,11 +7,12 @@ import RingIOTestSupport
 @testable import RingIO
 @testable import RingIOSources
 @testable import RingIOEngine
+import RingIOBase
 
 /// What a source's handlers saw, for the source tests.
 final class SourceLog: Sendable {
-    let deliveries = Mutex<[UInt]>([])
-    let times = Mutex<[ContinuousClock.Instant]>([])
+    let deliveries = Locked<[UInt]>([])
+    let times = Locked<[ContinuousClock.Instant]>([])
     let cancels = Atomic<Int>(0)
     let registrations = Atomic<Int>(0)
     let overlapping = Atomic<Int>(0)

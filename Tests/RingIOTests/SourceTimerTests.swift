@@ -13,7 +13,7 @@ import RingIOTestSupport
 /// written anew).
 @Suite struct SourceTimerTests {
     @Test(arguments: allBackends)
-    func oneShotFiresOnceNeverEarly(_ backend: IOEngine.Backend) throws {
+    func oneShotFiresOnceNeverEarly(_ backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)
         let log = SourceLog()
         let timer = IOTimerSource(queue: IOQueue(label: "t"), engine: engine)
@@ -21,18 +21,18 @@ import RingIOTestSupport
         timer.schedule(deadline: deadline)
         log.attach(timer)
         timer.activate()
-        #expect(waitUntil(timeout: .seconds(5)) { log.count == 1 })
-        milliseconds(60)
+        #expect(await eventually(timeout: .seconds(5)) { log.count == 1 })
+        await pause(60)
         #expect(log.deliveries.withLock { $0 } == [1])
         #expect(log.times.withLock { $0[0] } >= deadline)
         #expect(log.registrations.load(ordering: .relaxed) == 1)
         timer.cancel()
-        #expect(log.cancelled.wait())
+        #expect(await log.cancelled.arrival())
         #expect(log.cancels.load(ordering: .relaxed) == 1)
     }
 
     @Test(arguments: allBackends)
-    func repeatingTimerDoesNotDrift(_ backend: IOEngine.Backend) throws {
+    func repeatingTimerDoesNotDrift(_ backend: IOEngine.Backend) async throws {
         // dispatch_drift.c: fire n is due at start + n × interval; lateness
         // does not add up, and no fire is early.
         let engine = try makeEngine(backend)
@@ -43,9 +43,9 @@ import RingIOTestSupport
         timer.schedule(deadline: start, repeating: interval)
         log.attach(timer)
         timer.activate()
-        #expect(waitUntil(timeout: .seconds(10)) { log.total >= 60 })
+        #expect(await eventually(timeout: .seconds(10)) { log.total >= 60 })
         timer.cancel()
-        #expect(log.cancelled.wait())
+        #expect(await log.cancelled.arrival())
         let (deliveries, times) = (log.deliveries.withLock { $0 }, log.times.withLock { $0 })
         var fired: UInt = 0
         for (data, time) in zip(deliveries, times) {
@@ -60,29 +60,29 @@ import RingIOTestSupport
     }
 
     @Test(arguments: allBackends)
-    func suspendedTimerMergesFires(_ backend: IOEngine.Backend) throws {
+    func suspendedTimerMergesFires(_ backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)
         let log = SourceLog()
         let timer = IOTimerSource(queue: IOQueue(label: "t"), engine: engine)
         log.attach(timer)
         timer.schedule(deadline: .now, repeating: .milliseconds(2))
         timer.activate()
-        #expect(waitUntil { log.count >= 1 })
+        #expect(await eventually { log.count >= 1 })
         timer.suspend()
-        milliseconds(5)
+        await pause(5)
         let before = log.total
-        milliseconds(50)
+        await pause(50)
         #expect(log.total == before, "a suspended timer delivered")
         timer.resume()
-        #expect(waitUntil { log.total >= before + 20 })
+        #expect(await eventually { log.total >= before + 20 })
         // The fires of the suspension came as one delivery.
         #expect(log.deliveries.withLock { $0.max()! } >= 15)
         timer.cancel()
-        #expect(log.cancelled.wait())
+        #expect(await log.cancelled.arrival())
     }
 
     @Test(arguments: allBackends)
-    func rescheduleFromHandlerAndCancelFromHandler(_ backend: IOEngine.Backend) throws {
+    func rescheduleFromHandlerAndCancelFromHandler(_ backend: IOEngine.Backend) async throws {
         // dispatch_timer_set_time.c: the handler moves the timer; the last
         // handler cancels its own source, and nothing runs after.
         let engine = try makeEngine(backend)
@@ -98,8 +98,8 @@ import RingIOTestSupport
         }
         timer.schedule(deadline: .now + .milliseconds(3), repeating: .milliseconds(1))
         timer.activate()
-        #expect(log.cancelled.wait())
-        milliseconds(20)
+        #expect(await log.cancelled.arrival())
+        await pause(20)
         #expect(log.count == 5)
         // The first delivery may merge several fires of the 1 ms repeating
         // timer (a loaded machine runs the handler late: data is the fires
@@ -109,24 +109,24 @@ import RingIOTestSupport
     }
 
     @Test(arguments: allBackends)
-    func neverScheduledNeverFires(_ backend: IOEngine.Backend) throws {
+    func neverScheduledNeverFires(_ backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)
         let log = SourceLog()
         let timer = IOTimerSource(queue: IOQueue(label: "t"), engine: engine)
         log.attach(timer)
         timer.activate()
-        milliseconds(30)
+        await pause(30)
         #expect(log.count == 0)
         #expect(log.registrations.load(ordering: .relaxed) == 1)
         // Scheduled after activation: it fires.
         timer.schedule(deadline: .now + .milliseconds(1))
-        #expect(waitUntil { log.count == 1 })
+        #expect(await eventually { log.count == 1 })
         timer.cancel()
-        #expect(log.cancelled.wait())
+        #expect(await log.cancelled.arrival())
     }
 
     @Test(arguments: allBackends)
-    func manyTimersAllFire(_ backend: IOEngine.Backend) throws {
+    func manyTimersAllFire(_ backend: IOEngine.Backend) async throws {
         // 10,000 armed timers, one ring timeout: each fires once.
         let engine = try makeEngine(backend)
         let fired = Atomic<Int>(0)
@@ -142,8 +142,8 @@ import RingIOTestSupport
         for (i, t) in tokens.enumerated() where i % 10 == 0 {
             if engine.timers.cancel(t) { cancelled += 1 }
         }
-        #expect(waitUntil(timeout: .seconds(10)) { fired.load(ordering: .relaxed) == 10_000 - cancelled })
-        milliseconds(30)
+        #expect(await eventually(timeout: .seconds(10)) { fired.load(ordering: .relaxed) == 10_000 - cancelled })
+        await pause(30)
         #expect(fired.load(ordering: .relaxed) == 10_000 - cancelled)
         #expect(engine.timers.count == 0)
     }
@@ -151,7 +151,7 @@ import RingIOTestSupport
 
 @Suite struct SourceUserDataTests {
     @Test(arguments: allBackends)
-    func mergesWhileHandlerRuns(_ backend: IOEngine.Backend) throws {
+    func mergesWhileHandlerRuns(_ backend: IOEngine.Backend) async throws {
         _ = try makeEngine(backend)
         for merge in [IOUserDataSource.Merge.add, .or, .replace] {
             let log = SourceLog()
@@ -160,12 +160,12 @@ import RingIOTestSupport
             log.attach(source) { _ in _ = gate.wait() }
             source.activate()
             source.merge(1)
-            #expect(waitUntil { log.running.load(ordering: .relaxed) == 1 })
+            #expect(await eventually { log.running.load(ordering: .relaxed) == 1 })
             source.merge(2)
             source.merge(0)
             source.merge(4)
             gate.signal()
-            #expect(waitUntil { log.count == 2 })
+            #expect(await eventually { log.count == 2 })
             let second = log.deliveries.withLock { $0[1] }
             switch merge {
             case .add: #expect(second == 6)
@@ -173,31 +173,31 @@ import RingIOTestSupport
             case .replace: #expect(second == 4)
             }
             source.cancel()
-            #expect(log.cancelled.wait())
+            #expect(await log.cancelled.arrival())
         }
     }
 
-    @Test func inactiveSourceCancelRunsCancelHandler() {
+    @Test func inactiveSourceCancelRunsCancelHandler() async {
         let log = SourceLog()
         let source = IOUserDataSource(merge: .add, queue: IOQueue(label: "u"))
         log.attach(source)
         source.merge(3)
         source.cancel()
-        #expect(log.cancelled.wait())
+        #expect(await log.cancelled.arrival())
         #expect(log.count == 0)
         #expect(log.registrations.load(ordering: .relaxed) == 0)
     }
 
-    @Test func firstResumeActivates() {
+    @Test func firstResumeActivates() async {
         let log = SourceLog()
         let source = IOUserDataSource(merge: .add, queue: IOQueue(label: "u"))
         log.attach(source)
         source.merge(3)
         source.resume()
-        #expect(waitUntil { log.count == 1 })
+        #expect(await eventually { log.count == 1 })
         #expect(log.total == 3)
         source.cancel()
-        #expect(log.cancelled.wait())
+        #expect(await log.cancelled.arrival())
     }
 
     @Test func eventsSequenceMergesWhileConsumerIsBehindAndEndsAtCancel() async {
@@ -215,7 +215,7 @@ import RingIOTestSupport
     }
 
     @Test(arguments: allBackends)
-    func hundredThousandSourcesCreatedAndCancelled(_ backend: IOEngine.Backend) throws {
+    func hundredThousandSourcesCreatedAndCancelled(_ backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)
         let queue = IOQueue(label: "u")
         let cancels = Atomic<Int>(0)
@@ -226,8 +226,10 @@ import RingIOTestSupport
             if let t = source as? IOTimerSource { t.schedule(deadline: .now + .seconds(60)) }
             source.activate()
             source.cancel()
+            // Lets the tasks waiting for this cooperative thread run now and then.
+            if i % 1_000 == 0 { await Task.yield() }
         }
-        #expect(waitUntil(timeout: .seconds(30)) { cancels.load(ordering: .relaxed) == 100_000 })
+        #expect(await eventually(timeout: .seconds(30)) { cancels.load(ordering: .relaxed) == 100_000 })
         #expect(engine.timers.count == 0)
     }
 }
