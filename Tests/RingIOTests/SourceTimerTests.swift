@@ -157,7 +157,10 @@ import RingIOTestSupport
             let log = SourceLog()
             let source = IOUserDataSource(merge: merge, queue: IOQueue(label: "u"))
             let gate = Latch()
-            log.attach(source) { _ in _ = gate.wait() }
+            // A bound on a hang only: the test's task may wait long for a
+            // cooperative thread under a sanitizer, and the handler must
+            // still be running when it looks.
+            log.attach(source) { _ in _ = gate.wait(timeout: .seconds(300)) }
             source.activate()
             source.merge(1)
             #expect(await eventually { log.running.load(ordering: .relaxed) == 1 })

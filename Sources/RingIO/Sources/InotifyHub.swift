@@ -13,7 +13,7 @@ import RingIOBase
 /// watch per watched file, shared by the sources of that file.
 final class InotifyHub: @unchecked Sendable {
     // @unchecked: every var is touched only with `lock` held.
-    private let lock = Locked(())
+    private let lock = PlainLock()
     private unowned(unsafe) let engine: IOEngine
     // `unowned(unsafe)`: the engine holds the hub (an attachment) for its
     // whole life; the hub is used only by sources, which hold the engine.
@@ -35,7 +35,7 @@ final class InotifyHub: @unchecked Sendable {
 
     /// Watches `fileFD` for `source`; the watch descriptor.
     func add(_ source: IOFileSystemSource, fileFD: Int32) -> Result<Int32, Errno> {
-        let result = lock.withLock { _ -> Result<(Int32, FDWatch?), Errno> in
+        let result = lock.withLock { () -> Result<(Int32, FDWatch?), Errno> in
             do throws(Errno) {
                 var started: FDWatch?
                 if fd < 0 {
@@ -61,7 +61,7 @@ final class InotifyHub: @unchecked Sendable {
     }
 
     func remove(_ source: IOFileSystemSource, wd: Int32) {
-        lock.withLock { _ in
+        lock.withLock {
             byWatch[wd]?[ObjectIdentifier(source)] = nil
             if byWatch[wd]?.isEmpty ?? false {
                 byWatch[wd] = nil
@@ -73,7 +73,7 @@ final class InotifyHub: @unchecked Sendable {
     /// The engine's thread: reads every queued event and hands each to the
     /// sources of its watch.
     private func drain() {
-        let fd = lock.withLock { _ in self.fd }
+        let fd = lock.withLock { self.fd }
         guard fd >= 0 else { return }
         var events: [(Int32, UInt32)] = []
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 8)
@@ -86,7 +86,7 @@ final class InotifyHub: @unchecked Sendable {
                 at += MemoryLayout<inotify_event>.size + Int(event.len)
             }
         }
-        let targets = lock.withLock { _ -> [(IOFileSystemSource, UInt32)] in
+        let targets = lock.withLock { () -> [(IOFileSystemSource, UInt32)] in
             var out: [(IOFileSystemSource, UInt32)] = []
             for (wd, mask) in events {
                 for w in (byWatch[wd] ?? [:]).values { if let s = w.source { out.append((s, mask)) } }

@@ -31,7 +31,7 @@ import RingIOBase
 /// comes back when the last source of the signal is cancelled.
 final class SignalHub: @unchecked Sendable {
     // @unchecked: every field is touched only with `lock` held.
-    private let lock = Locked(())
+    private let lock = PlainLock()
     private unowned(unsafe) let engine: IOEngine
     // `unowned(unsafe)`: the engine holds the hub (an attachment) for its
     // whole life; the hub is used only by sources, which hold the engine.
@@ -56,7 +56,7 @@ final class SignalHub: @unchecked Sendable {
     func add(_ source: IOSignalSource, signal: Int32) -> Errno? {
         guard signal > 0, signal < 65, signal != SIGKILL, signal != SIGSTOP else { return .invalidArgument }
         Syscall.blockSignalOnThisThread(signal)
-        let startWatch = lock.withLock { _ -> Result<FDWatch?, Errno> in
+        let startWatch = lock.withLock { () -> Result<FDWatch?, Errno> in
             var newMask = mask
             sigaddset(&newMask, signal)
             do throws(Errno) {
@@ -95,7 +95,7 @@ final class SignalHub: @unchecked Sendable {
             remove(source, signal: signal)
             return .resourceTemporarilyUnavailable
         }
-        return lock.withLock { _ -> Errno? in
+        return lock.withLock { () -> Errno? in
             if savedActions[signal] != nil { return nil }
             var old = sigaction()
             do throws(Errno) {
@@ -111,7 +111,7 @@ final class SignalHub: @unchecked Sendable {
     /// Stops counting `signal` for `source`; the last source of a signal
     /// gives the signal its old action back.
     func remove(_ source: IOSignalSource, signal: Int32) {
-        let stop = lock.withLock { _ -> FDWatch? in
+        let stop = lock.withLock { () -> FDWatch? in
             sources[signal]?[ObjectIdentifier(source)] = nil
             guard sources[signal]?.isEmpty ?? true else { return nil }
             sources[signal] = nil
@@ -136,7 +136,7 @@ final class SignalHub: @unchecked Sendable {
     /// source of that signal how many arrived.
     private func drain() {
         var counts: [Int32: UInt] = [:]
-        let fd = lock.withLock { _ in self.fd }
+        let fd = lock.withLock { self.fd }
         guard fd >= 0 else { return }
         var records = [signalfd_siginfo](repeating: signalfd_siginfo(), count: 16)
         while true {
@@ -148,7 +148,7 @@ final class SignalHub: @unchecked Sendable {
             }
             if n < records.count * MemoryLayout<signalfd_siginfo>.stride { break }
         }
-        let targets = lock.withLock { _ in
+        let targets = lock.withLock {
             counts.map { (sig, count) in (count, sources[sig]?.values.compactMap { $0.source } ?? []) }
         }
         for (count, list) in targets {
