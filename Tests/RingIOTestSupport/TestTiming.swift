@@ -13,12 +13,6 @@ package final class Latch: Sendable {
     package func signal() { group.leave() }
     /// Returns false when `timeout` passed first.
     package func wait(timeout: Duration = .seconds(10)) -> Bool { group.wait(timeout: timeout) }
-    /// `wait` for async tests: polls every millisecond with `Task.sleep`,
-    /// so the test holds no thread of Swift's cooperative pool (two on two
-    /// cores) while it waits. Returns false when `timeout` passed first.
-    package func arrival(timeout: Duration = .seconds(10)) async -> Bool {
-        await eventually(timeout: timeout) { group.wait(timeout: .zero) }
-    }
 }
 
 package let KiB = 1 << 10
@@ -35,22 +29,6 @@ package func waitUntil(timeout: Duration = .seconds(10), _ condition: () -> Bool
     }
     return true
 }
-
-/// `waitUntil` for async tests: polls `condition` every millisecond with
-/// `Task.sleep`, holding no thread of Swift's cooperative pool meanwhile (a
-/// synchronous wait holds one of its two threads on a 2-core machine, and
-/// under a sanitizer the async tests running beside it then starve).
-package func eventually(timeout: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while !condition() {
-        if ContinuousClock.now >= deadline { return false }
-        try? await Task.sleep(for: .milliseconds(1))
-    }
-    return true
-}
-
-/// `milliseconds` for async tests: sleeps without holding a thread.
-package func pause(_ ms: Int) async { try? await Task.sleep(for: .milliseconds(ms)) }
 
 package func sleepNanoseconds(_ ns: UInt64) {
     var request = timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))

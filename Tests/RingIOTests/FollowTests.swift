@@ -26,7 +26,7 @@ import RingIOTestSupport
         }
     }
 
-    @Test(arguments: allBackends)
+    @Test(.timeLimit(.minutes(10)), arguments: allBackends)
     func appendsTruncationAndRotation(_ backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)
         let dir = TemporaryDirectory()
@@ -36,15 +36,15 @@ import RingIOTestSupport
             if kind == .stream { _ = truncate(path, 0); append(path, "one\n") }
             let channel = try IOChannel(kind: kind, path: FilePath(path), mode: .readOnly, queue: IOQueue(label: "f"),
                                         engine: engine)
-            var it = channel.chunks(follow: true, pollInterval: .seconds(30)).makeAsyncIterator()
+            // A one-hour safety net: every change below is seen on its
+            // file-system event, or the test hits its time limit. (Not a
+            // wall-clock bound: under a sanitizer this task may wait minutes
+            // for a cooperative thread at each await.)
+            var it = channel.chunks(follow: true, pollInterval: .seconds(3600)).makeAsyncIterator()
             var text = ""
             try await read(&it, into: &text, until: "one\n")
-            // An append is seen on its event, not after the 30 s safety net.
-            let start = ContinuousClock.now
             append(path, "two\n")
             try await read(&it, into: &text, until: "two\n")
-            // (Well under the 30 s safety net; 15 s leaves room for a loaded machine.)
-            #expect(ContinuousClock.now - start < .seconds(15))
             // Truncated: read again from the start.
             _ = truncate(path, 0)
             append(path, "three\n")

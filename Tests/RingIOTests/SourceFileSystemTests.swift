@@ -16,7 +16,7 @@ import RingIOTestSupport
 
     /// The events seen, ORed, once `expected` are all there (or the timeout).
     private func watch(_ variant: SourceEngine, path: String, events: Event = .all,
-                       _ change: () -> Void, expect expected: Event) async throws -> Event {
+                       _ change: () -> Void, expect expected: Event) throws -> Event {
         let engine = try variant.make()
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         #expect(fd >= 0)
@@ -29,22 +29,22 @@ import RingIOTestSupport
             log.cancelled.signal()
         }
         source.activate()
-        #expect(await eventually { log.registrations.load(ordering: .relaxed) == 1 })
+        #expect(waitUntil { log.registrations.load(ordering: .relaxed) == 1 })
         change()
         let seen = { Event(rawValue: log.deliveries.withLock { $0.reduce(0, |) }) }
-        _ = await eventually(timeout: .seconds(20)) { seen().isSuperset(of: expected) }
-        await pause(20)
+        _ = waitUntil(timeout: .seconds(20)) { seen().isSuperset(of: expected) }
+        milliseconds(20)
         source.cancel()
-        #expect(await log.cancelled.arrival())
+        #expect(log.cancelled.wait())
         return seen()
     }
 
     @Test(arguments: SourceEngine.allCases)
-    func writeAndExtend(_ variant: SourceEngine) async throws {
+    func writeAndExtend(_ variant: SourceEngine) throws {
         let dir = TemporaryDirectory()
         let path = dir.file("f")
         #expect(creat(path, 0o644) >= 0)
-        let seen = try await watch(variant, path: path, {
+        let seen = try watch(variant, path: path, {
             let w = open(path, O_WRONLY | O_APPEND)
             _ = write(w, "hello", 5)
             close(w)
@@ -53,13 +53,13 @@ import RingIOTestSupport
     }
 
     @Test(arguments: SourceEngine.allCases)
-    func overwriteInPlaceIsWriteWithoutExtend(_ variant: SourceEngine) async throws {
+    func overwriteInPlaceIsWriteWithoutExtend(_ variant: SourceEngine) throws {
         let dir = TemporaryDirectory()
         let path = dir.file("f")
         let c = creat(path, 0o644)
         _ = write(c, "0123456789", 10)
         close(c)
-        let seen = try await watch(variant, path: path, {
+        let seen = try watch(variant, path: path, {
             let w = open(path, O_WRONLY)
             _ = pwrite(w, "ab", 2, 3)
             close(w)
@@ -68,41 +68,41 @@ import RingIOTestSupport
     }
 
     @Test(arguments: SourceEngine.allCases)
-    func attribLinkRenameDelete(_ variant: SourceEngine) async throws {
+    func attribLinkRenameDelete(_ variant: SourceEngine) throws {
         let dir = TemporaryDirectory()
         let path = dir.file("f")
         close(creat(path, 0o644))
-        #expect(try await watch(variant, path: path, { chmod(path, 0o600) }, expect: .attrib) == .attrib)
+        #expect(try watch(variant, path: path, { chmod(path, 0o600) }, expect: .attrib) == .attrib)
         // Unlinking one of two names: `.link` only. (Apart: a link and an
         // unlink read in one batch leave the count as it was, and the
         // source can only compare counts: see IOFileSystemSource.)
-        #expect(try await watch(variant, path: path, {
+        #expect(try watch(variant, path: path, {
             link(path, dir.file("g"))
             milliseconds(20)
             unlink(dir.file("g"))
         }, expect: .link) == .link)
-        #expect(try await watch(variant, path: path, { rename(path, dir.file("h")) }, expect: .rename).contains(.rename))
+        #expect(try watch(variant, path: path, { rename(path, dir.file("h")) }, expect: .rename).contains(.rename))
         // The file deleted under the source: `.delete`, and the source still
         // cancels cleanly (its fd is closed in the cancel handler).
-        let deleted = try await watch(variant, path: dir.file("h"), { unlink(dir.file("h")) }, expect: .delete)
+        let deleted = try watch(variant, path: dir.file("h"), { unlink(dir.file("h")) }, expect: .delete)
         #expect(deleted.contains(.delete))
     }
 
     @Test(arguments: SourceEngine.allCases)
-    func directoryReportsWriteForEntries(_ variant: SourceEngine) async throws {
+    func directoryReportsWriteForEntries(_ variant: SourceEngine) throws {
         let dir = TemporaryDirectory()
-        let seen = try await watch(variant, path: dir.path, events: [.write], {
+        let seen = try watch(variant, path: dir.path, events: [.write], {
             close(creat(dir.file("new"), 0o644))
         }, expect: .write)
         #expect(seen == .write)
     }
 
     @Test(arguments: SourceEngine.allCases)
-    func onlyRequestedEvents(_ variant: SourceEngine) async throws {
+    func onlyRequestedEvents(_ variant: SourceEngine) throws {
         let dir = TemporaryDirectory()
         let path = dir.file("f")
         close(creat(path, 0o644))
-        let seen = try await watch(variant, path: path, events: [.delete], {
+        let seen = try watch(variant, path: path, events: [.delete], {
             chmod(path, 0o600)
             let w = open(path, O_WRONLY | O_APPEND)
             _ = write(w, "x", 1)
@@ -114,7 +114,7 @@ import RingIOTestSupport
 
     #if DEBUG
     @Test(arguments: SourceEngine.allCases)
-    func watchLimitIsAClearError(_ variant: SourceEngine) async throws {
+    func watchLimitIsAClearError(_ variant: SourceEngine) throws {
         // max_user_watches cannot be lowered without privileges: the
         // ENOSPC that inotify_add_watch gives at the limit is injected.
         let engine = try variant.make()
@@ -128,7 +128,7 @@ import RingIOTestSupport
                                         queue: IOQueue(label: "fs"), engine: engine)
         log.attach(source)
         source.activate()
-        #expect(await log.cancelled.arrival(timeout: .seconds(5)))
+        #expect(log.cancelled.wait(timeout: .seconds(5)))
         #expect(injection.fired == 1)
         #expect(source.registrationError == .noSpace)
         #expect(log.registrations.load(ordering: .relaxed) == 0)

@@ -13,7 +13,7 @@ import RingIOTestSupport
 /// kernel, and the thread pool.
 @Suite struct SourceReadWriteTests {
     @Test(arguments: SourceEngine.allCases)
-    func readSourceEstimatesAndSeesEndOfFile(_ variant: SourceEngine) async throws {
+    func readSourceEstimatesAndSeesEndOfFile(_ variant: SourceEngine) throws {
         let engine = try variant.make()
         let pipe = SourcePipe()
         let log = SourceLog()
@@ -24,18 +24,18 @@ import RingIOTestSupport
         }
         source.activate()
         pipe.write(Array(repeating: 7, count: 100))
-        #expect(await eventually { log.count == 1 })
+        #expect(waitUntil { log.count == 1 })
         #expect(log.deliveries.withLock { $0 } == [100])
         pipe.write(Array(repeating: 7, count: 3))
-        #expect(await eventually { log.count == 2 })
+        #expect(waitUntil { log.count == 2 })
         pipe.closeWriter()
-        #expect(await log.cancelled.arrival())
+        #expect(log.cancelled.wait())
         #expect(log.deliveries.withLock { $0 } == [100, 3, 0])
         #expect(log.registrations.load(ordering: .relaxed) == 1)
     }
 
     @Test(arguments: SourceEngine.allCases)
-    func readSourceIsLevelTriggered(_ variant: SourceEngine) async throws {
+    func readSourceIsLevelTriggered(_ variant: SourceEngine) throws {
         let engine = try variant.make()
         let pipe = SourcePipe()
         let log = SourceLog()
@@ -44,16 +44,16 @@ import RingIOTestSupport
         log.attach(source) { _ in _ = pipe.read(1) }  // drains one byte per call
         source.activate()
         pipe.write(Array(repeating: 1, count: 10))
-        #expect(await eventually { log.count == 10 })
-        await pause(30)
+        #expect(waitUntil { log.count == 10 })
+        milliseconds(30)
         #expect(log.deliveries.withLock { $0 } == [10, 9, 8, 7, 6, 5, 4, 3, 2, 1])
         #expect(log.overlapping.load(ordering: .relaxed) == 0)
         source.cancel()
-        #expect(await log.cancelled.arrival())
+        #expect(log.cancelled.wait())
     }
 
     @Test(arguments: SourceEngine.allCases)
-    func writeSourceWaitsForRoom(_ variant: SourceEngine) async throws {
+    func writeSourceWaitsForRoom(_ variant: SourceEngine) throws {
         let engine = try variant.make()
         let pipe = SourcePipe(nonBlocking: true)
         // Fill the pipe.
@@ -64,18 +64,18 @@ import RingIOTestSupport
                                    queue: IOQueue(label: "w"), engine: engine)
         log.attach(source) { _ in source.suspend() }
         source.activate()
-        await pause(30)
+        milliseconds(30)
         #expect(log.count == 0, "a full pipe was reported writable")
         while pipe.read(65536) > 0 {}
-        #expect(await eventually { log.count == 1 })
+        #expect(waitUntil { log.count == 1 })
         #expect(log.deliveries.withLock { $0[0] } >= 4096)
         source.resume()
         source.cancel()
-        #expect(await log.cancelled.arrival())
+        #expect(log.cancelled.wait())
     }
 
     @Test(arguments: SourceEngine.allCases)
-    func pingPongOverTwoPipes(_ variant: SourceEngine) async throws {
+    func pingPongOverTwoPipes(_ variant: SourceEngine) throws {
         // dispatch_io_pipe.c's shape: each side answers what it reads.
         let engine = try variant.make()
         let ab = SourcePipe(), ba = SourcePipe()
@@ -95,13 +95,13 @@ import RingIOTestSupport
         a.activate()
         b.activate()
         ab.write([1])
-        #expect(await done.arrival(timeout: .seconds(30)))
+        #expect(done.wait(timeout: .seconds(30)))
         a.cancel()
         b.cancel()
     }
 
     @Test(arguments: SourceEngine.allCases)
-    func closedAndReusedFdUnderALiveSource(_ variant: SourceEngine) async throws {
+    func closedAndReusedFdUnderALiveSource(_ variant: SourceEngine) throws {
         // The fd is closed under an active source and its number reused by
         // another pipe: no crash, no hang; cancel still runs its handler.
         let engine = try variant.make()
@@ -111,19 +111,19 @@ import RingIOTestSupport
         let source = IOReadSource(fileDescriptor: FileDescriptor(rawValue: fd), queue: IOQueue(label: "r"), engine: engine)
         log.attach(source)
         source.activate()
-        await pause(10)
+        milliseconds(10)
         pipe.closeReader()
         pipe.closeWriter()
         let reuse = SourcePipe()  // takes the lowest free numbers: `fd` among them
         reuse.write([1, 2, 3])
-        await pause(30)
+        milliseconds(30)
         source.cancel()
-        #expect(await log.cancelled.arrival())
+        #expect(log.cancelled.wait())
         #expect(log.cancels.load(ordering: .relaxed) == 1)
     }
 
     @Test(arguments: SourceEngine.allCases)
-    func aClosedFdIsARegistrationError(_ variant: SourceEngine) async throws {
+    func aClosedFdIsARegistrationError(_ variant: SourceEngine) throws {
         let engine = try variant.make()
         let pipe = SourcePipe()
         let fd = pipe.readFD
@@ -132,7 +132,7 @@ import RingIOTestSupport
         let source = IOReadSource(fileDescriptor: FileDescriptor(rawValue: fd), queue: IOQueue(label: "r"), engine: engine)
         log.attach(source)
         source.activate()
-        #expect(await log.cancelled.arrival())
+        #expect(log.cancelled.wait())
         #expect(source.registrationError == .badFileDescriptor)
         #expect(log.registrations.load(ordering: .relaxed) == 0)
         #expect(source.isCancelled)

@@ -13,7 +13,7 @@ import RingIOTestSupport
 /// written anew).
 @Suite struct SourceTimerTests {
     @Test(arguments: allBackends)
-    func oneShotFiresOnceNeverEarly(_ backend: IOEngine.Backend) async throws {
+    func oneShotFiresOnceNeverEarly(_ backend: IOEngine.Backend) throws {
         let engine = try makeEngine(backend)
         let log = SourceLog()
         let timer = IOTimerSource(queue: IOQueue(label: "t"), engine: engine)
@@ -21,18 +21,18 @@ import RingIOTestSupport
         timer.schedule(deadline: deadline)
         log.attach(timer)
         timer.activate()
-        #expect(await eventually(timeout: .seconds(5)) { log.count == 1 })
-        await pause(60)
+        #expect(waitUntil(timeout: .seconds(5)) { log.count == 1 })
+        milliseconds(60)
         #expect(log.deliveries.withLock { $0 } == [1])
         #expect(log.times.withLock { $0[0] } >= deadline)
         #expect(log.registrations.load(ordering: .relaxed) == 1)
         timer.cancel()
-        #expect(await log.cancelled.arrival())
+        #expect(log.cancelled.wait())
         #expect(log.cancels.load(ordering: .relaxed) == 1)
     }
 
     @Test(arguments: allBackends)
-    func repeatingTimerDoesNotDrift(_ backend: IOEngine.Backend) async throws {
+    func repeatingTimerDoesNotDrift(_ backend: IOEngine.Backend) throws {
         // dispatch_drift.c: fire n is due at start + n × interval; lateness
         // does not add up, and no fire is early.
         let engine = try makeEngine(backend)
@@ -43,9 +43,9 @@ import RingIOTestSupport
         timer.schedule(deadline: start, repeating: interval)
         log.attach(timer)
         timer.activate()
-        #expect(await eventually(timeout: .seconds(10)) { log.total >= 60 })
+        #expect(waitUntil(timeout: .seconds(10)) { log.total >= 60 })
         timer.cancel()
-        #expect(await log.cancelled.arrival())
+        #expect(log.cancelled.wait())
         let (deliveries, times) = (log.deliveries.withLock { $0 }, log.times.withLock { $0 })
         var fired: UInt = 0
         for (data, time) in zip(deliveries, times) {
@@ -60,29 +60,29 @@ import RingIOTestSupport
     }
 
     @Test(arguments: allBackends)
-    func suspendedTimerMergesFires(_ backend: IOEngine.Backend) async throws {
+    func suspendedTimerMergesFires(_ backend: IOEngine.Backend) throws {
         let engine = try makeEngine(backend)
         let log = SourceLog()
         let timer = IOTimerSource(queue: IOQueue(label: "t"), engine: engine)
         log.attach(timer)
         timer.schedule(deadline: .now, repeating: .milliseconds(2))
         timer.activate()
-        #expect(await eventually { log.count >= 1 })
+        #expect(waitUntil { log.count >= 1 })
         timer.suspend()
-        await pause(5)
+        milliseconds(5)
         let before = log.total
-        await pause(50)
+        milliseconds(50)
         #expect(log.total == before, "a suspended timer delivered")
         timer.resume()
-        #expect(await eventually { log.total >= before + 20 })
+        #expect(waitUntil { log.total >= before + 20 })
         // The fires of the suspension came as one delivery.
         #expect(log.deliveries.withLock { $0.max()! } >= 15)
         timer.cancel()
-        #expect(await log.cancelled.arrival())
+        #expect(log.cancelled.wait())
     }
 
     @Test(arguments: allBackends)
-    func rescheduleFromHandlerAndCancelFromHandler(_ backend: IOEngine.Backend) async throws {
+    func rescheduleFromHandlerAndCancelFromHandler(_ backend: IOEngine.Backend) throws {
         // dispatch_timer_set_time.c: the handler moves the timer; the last
         // handler cancels its own source, and nothing runs after.
         let engine = try makeEngine(backend)
@@ -98,8 +98,8 @@ import RingIOTestSupport
         }
         timer.schedule(deadline: .now + .milliseconds(3), repeating: .milliseconds(1))
         timer.activate()
-        #expect(await log.cancelled.arrival())
-        await pause(20)
+        #expect(log.cancelled.wait())
+        milliseconds(20)
         #expect(log.count == 5)
         // The first delivery may merge several fires of the 1 ms repeating
         // timer (a loaded machine runs the handler late: data is the fires
@@ -109,24 +109,24 @@ import RingIOTestSupport
     }
 
     @Test(arguments: allBackends)
-    func neverScheduledNeverFires(_ backend: IOEngine.Backend) async throws {
+    func neverScheduledNeverFires(_ backend: IOEngine.Backend) throws {
         let engine = try makeEngine(backend)
         let log = SourceLog()
         let timer = IOTimerSource(queue: IOQueue(label: "t"), engine: engine)
         log.attach(timer)
         timer.activate()
-        await pause(30)
+        milliseconds(30)
         #expect(log.count == 0)
         #expect(log.registrations.load(ordering: .relaxed) == 1)
         // Scheduled after activation: it fires.
         timer.schedule(deadline: .now + .milliseconds(1))
-        #expect(await eventually { log.count == 1 })
+        #expect(waitUntil { log.count == 1 })
         timer.cancel()
-        #expect(await log.cancelled.arrival())
+        #expect(log.cancelled.wait())
     }
 
     @Test(arguments: allBackends)
-    func manyTimersAllFire(_ backend: IOEngine.Backend) async throws {
+    func manyTimersAllFire(_ backend: IOEngine.Backend) throws {
         // 10,000 armed timers, one ring timeout: each fires once.
         let engine = try makeEngine(backend)
         let fired = Atomic<Int>(0)
@@ -142,8 +142,8 @@ import RingIOTestSupport
         for (i, t) in tokens.enumerated() where i % 10 == 0 {
             if engine.timers.cancel(t) { cancelled += 1 }
         }
-        #expect(await eventually(timeout: .seconds(10)) { fired.load(ordering: .relaxed) == 10_000 - cancelled })
-        await pause(30)
+        #expect(waitUntil(timeout: .seconds(10)) { fired.load(ordering: .relaxed) == 10_000 - cancelled })
+        milliseconds(30)
         #expect(fired.load(ordering: .relaxed) == 10_000 - cancelled)
         #expect(engine.timers.count == 0)
     }
@@ -151,24 +151,23 @@ import RingIOTestSupport
 
 @Suite struct SourceUserDataTests {
     @Test(arguments: allBackends)
-    func mergesWhileHandlerRuns(_ backend: IOEngine.Backend) async throws {
+    func mergesWhileHandlerRuns(_ backend: IOEngine.Backend) throws {
         _ = try makeEngine(backend)
         for merge in [IOUserDataSource.Merge.add, .or, .replace] {
             let log = SourceLog()
             let source = IOUserDataSource(merge: merge, queue: IOQueue(label: "u"))
             let gate = Latch()
-            // A bound on a hang only: the test's task may wait long for a
-            // cooperative thread under a sanitizer, and the handler must
-            // still be running when it looks.
+            // A bound on a hang only (the handler must still be running
+            // when the test looks, on a loaded machine under a sanitizer).
             log.attach(source) { _ in _ = gate.wait(timeout: .seconds(300)) }
             source.activate()
             source.merge(1)
-            #expect(await eventually { log.running.load(ordering: .relaxed) == 1 })
+            #expect(waitUntil { log.running.load(ordering: .relaxed) == 1 })
             source.merge(2)
             source.merge(0)
             source.merge(4)
             gate.signal()
-            #expect(await eventually { log.count == 2 })
+            #expect(waitUntil { log.count == 2 })
             let second = log.deliveries.withLock { $0[1] }
             switch merge {
             case .add: #expect(second == 6)
@@ -176,31 +175,31 @@ import RingIOTestSupport
             case .replace: #expect(second == 4)
             }
             source.cancel()
-            #expect(await log.cancelled.arrival())
+            #expect(log.cancelled.wait())
         }
     }
 
-    @Test func inactiveSourceCancelRunsCancelHandler() async {
+    @Test func inactiveSourceCancelRunsCancelHandler() {
         let log = SourceLog()
         let source = IOUserDataSource(merge: .add, queue: IOQueue(label: "u"))
         log.attach(source)
         source.merge(3)
         source.cancel()
-        #expect(await log.cancelled.arrival())
+        #expect(log.cancelled.wait())
         #expect(log.count == 0)
         #expect(log.registrations.load(ordering: .relaxed) == 0)
     }
 
-    @Test func firstResumeActivates() async {
+    @Test func firstResumeActivates() {
         let log = SourceLog()
         let source = IOUserDataSource(merge: .add, queue: IOQueue(label: "u"))
         log.attach(source)
         source.merge(3)
         source.resume()
-        #expect(await eventually { log.count == 1 })
+        #expect(waitUntil { log.count == 1 })
         #expect(log.total == 3)
         source.cancel()
-        #expect(await log.cancelled.arrival())
+        #expect(log.cancelled.wait())
     }
 
     @Test func eventsSequenceMergesWhileConsumerIsBehindAndEndsAtCancel() async {
@@ -218,7 +217,7 @@ import RingIOTestSupport
     }
 
     @Test(arguments: allBackends)
-    func hundredThousandSourcesCreatedAndCancelled(_ backend: IOEngine.Backend) async throws {
+    func hundredThousandSourcesCreatedAndCancelled(_ backend: IOEngine.Backend) throws {
         let engine = try makeEngine(backend)
         let queue = IOQueue(label: "u")
         let cancels = Atomic<Int>(0)
@@ -229,10 +228,8 @@ import RingIOTestSupport
             if let t = source as? IOTimerSource { t.schedule(deadline: .now + .seconds(60)) }
             source.activate()
             source.cancel()
-            // Lets the tasks waiting for this cooperative thread run now and then.
-            if i % 1_000 == 0 { await Task.yield() }
         }
-        #expect(await eventually(timeout: .seconds(30)) { cancels.load(ordering: .relaxed) == 100_000 })
+        #expect(waitUntil(timeout: .seconds(30)) { cancels.load(ordering: .relaxed) == 100_000 })
         #expect(engine.timers.count == 0)
     }
 }
