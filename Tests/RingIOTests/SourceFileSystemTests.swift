@@ -16,7 +16,8 @@ import RingIOTestSupport
 
     /// The events seen, ORed, once `expected` are all there (or the timeout).
     private func watch(_ variant: SourceEngine, path: String, events: Event = .all,
-                       _ change: () -> Void, expect expected: Event) throws -> Event {
+                       _ change: () -> Void, then second: (() -> Void)? = nil,
+                       expect expected: Event) throws -> Event {
         let engine = try variant.make()
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         #expect(fd >= 0)
@@ -32,6 +33,12 @@ import RingIOTestSupport
         #expect(waitUntil { log.registrations.load(ordering: .relaxed) == 1 })
         change()
         let seen = { Event(rawValue: log.deliveries.withLock { $0.reduce(0, |) }) }
+        if let second {
+            // The first change delivered before the second is made (two
+            // read in one batch would merge).
+            _ = waitUntil(timeout: .seconds(20)) { !seen().isEmpty }
+            second()
+        }
         _ = waitUntil(timeout: .seconds(20)) { seen().isSuperset(of: expected) }
         milliseconds(20)
         source.cancel()
@@ -73,14 +80,13 @@ import RingIOTestSupport
         let path = dir.file("f")
         close(creat(path, 0o644))
         #expect(try watch(variant, path: path, { chmod(path, 0o600) }, expect: .attrib) == .attrib)
-        // Unlinking one of two names: `.link` only. (Apart: a link and an
-        // unlink read in one batch leave the count as it was, and the
-        // source can only compare counts: see IOFileSystemSource.)
-        #expect(try watch(variant, path: path, {
-            link(path, dir.file("g"))
-            milliseconds(20)
-            unlink(dir.file("g"))
-        }, expect: .link) == .link)
+        // Linking and unlinking a second name: `.link` only. (The unlink
+        // waits for the link's delivery: a link and an unlink read in one
+        // batch leave the count as it was, and the source can only compare
+        // counts: see IOFileSystemSource. A 20 ms pause was not enough
+        // under ThreadSanitizer on a loaded machine.)
+        #expect(try watch(variant, path: path, { link(path, dir.file("g")) },
+                          then: { unlink(dir.file("g")) }, expect: .link) == .link)
         #expect(try watch(variant, path: path, { rename(path, dir.file("h")) }, expect: .rename).contains(.rename))
         // The file deleted under the source: `.delete`, and the source still
         // cancels cleanly (its fd is closed in the cancel handler).
