@@ -77,6 +77,21 @@ let package = Package(
             path: "Sources/RingIO/Channel"
         ),
         .target(
+            // IOSource and its kinds (timer, read, write, file system,
+            // signal, process, user data) on the engine's timers and watches.
+            name: "RingIOSources",
+            dependencies: [
+                "RingIOBase",
+                "RingIOQueue",
+                "RingIOData",
+                "RingIOEngine",
+                "RingIOChannel",
+                "CLiburing",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
+            path: "Sources/RingIO/Sources"
+        ),
+        .target(
             // The copy engine: CopyPlan (the steps to try, a pure value), the
             // loop that tries them (FileCopier), every strategy (the small
             // file's plain calls, FICLONE, ext4's fallocate + splice,
@@ -120,11 +135,12 @@ let package = Package(
                 "RingIOData",
                 "RingIOEngine",
                 "RingIOChannel",
+                "RingIOSources",
                 "RingIOCopy",
                 "RingIOFiles",
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
-            exclude: ["Base", "Queue", "Data", "Engine", "Channel", "Copy", "Files"]
+            exclude: ["Base", "Queue", "Data", "Engine", "Channel", "Sources", "Copy", "Files"]
         ),
         .target(
             name: "RingIOFoundation",
@@ -186,6 +202,7 @@ let package = Package(
                 "RingIOData",
                 "RingIOEngine",
                 "RingIOChannel",
+                "RingIOSources",
                 "RingIOCopy",
                 "RingIOFiles",
                 "RingIOTestSupport",
@@ -202,6 +219,7 @@ let package = Package(
                 "RingIOData",
                 "RingIOEngine",
                 "RingIOChannel",
+                "RingIOSources",
                 "RingIOCopy",
                 "RingIOFiles",
                 "RingIOFoundation",

@@ -28,6 +28,10 @@
 #include <linux/futex.h>
 #include <stdint.h>
 #include <time.h>
+#include <sys/signalfd.h>
+#include <sys/inotify.h>
+#include <sys/wait.h>
+#include <string.h>
 
 static inline unsigned cliburing_iosqe_fixed_file(void) { return IOSQE_FIXED_FILE; }
 static inline unsigned cliburing_iosqe_io_drain(void) { return IOSQE_IO_DRAIN; }
@@ -183,6 +187,85 @@ static inline int cliburing_supports_direct_chain(struct io_uring *ring) {
     io_uring_free_probe(probe);
     return ok;
 }
+
+int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout, const sigset_t *sigmask);
+
+/// Waits up to `nanoseconds` for `fd` to become readable (ppoll: declared
+/// by glibc only under _GNU_SOURCE): 1 when it did, 0 on timeout, -errno.
+static inline int cliburing_wait_readable(int fd, long long nanoseconds) {
+    struct pollfd p = { fd, POLLIN, 0 };
+    struct timespec t = { (time_t)(nanoseconds / 1000000000), (long)(nanoseconds % 1000000000) };
+    int rc = ppoll(&p, 1, &t, 0);
+    return rc < 0 ? -errno : rc;
+}
+
+/// Bytes ready to read on `fd` (FIONREAD; ioctl is variadic, which Swift
+/// cannot call), or -errno.
+static inline int cliburing_bytes_readable(int fd) {
+    int n = 0;
+    return ioctl(fd, FIONREAD, &n) == 0 ? n : -errno;
+}
+
+/// The capacity of the pipe `fd` is an end of (F_GETPIPE_SZ), or -errno.
+static inline int cliburing_pipe_capacity(int fd) {
+    int n = fcntl(fd, 1032 /* F_GETPIPE_SZ */);
+    return n >= 0 ? n : -errno;
+}
+
+/// Sends `sig` to thread `tid` of this process (tgkill), keeping errno
+/// (called from a signal handler). 0 or -1.
+static inline int cliburing_tgkill(int tid, int sig) {
+    int saved = errno;
+    int rc = (int)syscall(SYS_tgkill, getpid(), tid, sig);
+    errno = saved;
+    return rc;
+}
+
+/// Installs `handler` for `sig` (SA_RESTART, every signal blocked while it
+/// runs); the previous action goes to `old`. 0 or -errno.
+static inline int cliburing_install_handler(int sig, void (*handler)(int), struct sigaction *old) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sigfillset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    return sigaction(sig, &sa, old) == 0 ? 0 : -errno;
+}
+
+/// Puts back the action `old` of `sig`. 0 or -errno.
+static inline int cliburing_restore_action(int sig, const struct sigaction *old) {
+    return sigaction(sig, old, 0) == 0 ? 0 : -errno;
+}
+
+/// pidfd_open(2) (Linux 5.3): an fd that becomes readable when `pid` ends, or -errno.
+static inline int cliburing_pidfd_open(int pid) {
+#ifdef SYS_pidfd_open
+    long fd = syscall(SYS_pidfd_open, pid, 0);
+#else
+    long fd = syscall(434, pid, 0);
+#endif
+    return fd >= 0 ? (int)fd : -errno;
+}
+
+/// The raw wait status (as waitpid gives it) of the ended child behind
+/// `pidfd`, without reaping it (waitid P_PIDFD, WEXITED|WNOHANG|WNOWAIT,
+/// Linux 5.4); -ECHILD for a process that is not our child, -EAGAIN when it
+/// has not ended.
+static inline int cliburing_pidfd_wait_status(int pidfd) {
+    siginfo_t info;
+    memset(&info, 0, sizeof info);
+    if (waitid((idtype_t)3 /* P_PIDFD */, (id_t)pidfd, &info, WEXITED | WNOHANG | WNOWAIT) != 0) return -errno;
+    if (info.si_pid == 0) return -EAGAIN;
+    switch (info.si_code) {
+    case CLD_EXITED: return (info.si_status & 0xff) << 8;
+    case CLD_KILLED: return info.si_status & 0x7f;
+    case CLD_DUMPED: return (info.si_status & 0x7f) | 0x80;
+    default: return -EAGAIN;
+    }
+}
+
+/// The signal number of a signalfd record.
+static inline int cliburing_signalfd_signal(const struct signalfd_siginfo *info) { return (int)info->ssi_signo; }
 
 #include <string.h>
 

@@ -6,5 +6,6 @@
 @_spi(Engine) @_exported import RingIOEngine
 @_exported import RingIOQueue
 @_exported import RingIOChannel
+@_exported import RingIOSources
 @_exported import RingIOCopy
 @_exported import RingIOFiles

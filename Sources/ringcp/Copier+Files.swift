@@ -238,7 +238,7 @@ extension Copier {
         let replace = plan.existing != nil
         let atomically = replace && !settings.inPlace && plan.existing?.kind == .regular
         let copier = copier(for: plan, atomically: atomically)
-        let ticker = progress.flatMap { bar in status.size > Int64(IO.smallFileLimit) ? Task { await bar.runTicker() } : nil }
+        let ticker = progress.flatMap { bar in status.size > Int64(IO.smallFileLimit) ? bar.startTicker() : nil }
         defer { ticker?.cancel() }
         let outcome: FileCopier.Outcome
         do throws(IOError) {

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import Synchronization
+import RingIO
 
 /// The one-line progress bar: bytes, percent, rate and ETA, redrawn at most
 /// ten times a second on a terminal (in place, with `\r`), or once a second
@@ -12,8 +13,8 @@ import Synchronization
 /// `add` only counts (it may run on the engine's thread, in the kernel-copy
 /// path); `tick` draws when a drawing is due. Ticks come from the channels'
 /// handlers in the channel path (every chunk, and the read channel's strict
-/// interval, which calls even while nothing moves), and from a 10 Hz ticker
-/// while a kernel copy runs.
+/// interval, which calls even while nothing moves), and from a 10 Hz timer
+/// source while a kernel copy runs.
 final class Progress: Sendable {
     private struct State {
         var total: Int64
@@ -49,12 +50,14 @@ final class Progress: Sendable {
         state.withLock { $0.done += Int64(bytes) }
     }
 
-    /// Ticks every 100 ms until the task is cancelled.
-    func runTicker() async {
-        while !Task.isCancelled {
-            try? await Task.sleep(for: .milliseconds(100))
-            tick()
-        }
+    /// Ticks every 100 ms, from a timer source (a timeout in the engine's
+    /// ring: no task, no thread), until the caller cancels the source.
+    func startTicker() -> IOTimerSource {
+        let timer = IOTimerSource(queue: .global)
+        timer.schedule(deadline: .now + .milliseconds(100), repeating: .milliseconds(100), leeway: .milliseconds(10))
+        timer.setEventHandler { [self] in tick() }
+        timer.activate()
+        return timer
     }
 
     func fileDone() {

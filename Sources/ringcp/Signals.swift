@@ -59,6 +59,11 @@ struct RawArguments {
 /// own, no Dispatch source, no Dispatch at all: installing the handlers
 /// takes nine system calls. The handlers stay once the copy is over, so a
 /// signal that comes then changes nothing.
+///
+/// Not an `IOSignalSource`: the main thread waits on this one pipe for three
+/// things (a signal, the main-thread executor's jobs, the copy's end), so a
+/// signal source would not remove the loop; it would add a hop through the
+/// engine's signalfd and a queue before the loop saw the signal.
 final class Interrupts: Sendable {
     static let numbers = [SIGINT, SIGTERM, SIGHUP]
     /// How long a signal waits for a call that cannot be cancelled (a FIFO's

@@ -28,7 +28,7 @@ import Glibc
 #endif
 import BenchSupport
 
-// `throughput queues ...`: asyncAfter, concurrentPerform, semaphores, targets, priorities beside Dispatch (QueueCases.swift).
+// `throughput queues ...`: asyncAfter, concurrentPerform, semaphores beside Dispatch (QueueCases.swift).
 if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "queues" {
     QueueBench.main(Array(CommandLine.arguments.dropFirst(2)))
 }
@@ -41,6 +41,11 @@ if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "direct" {
 // `throughput natural ...`: the first code a user writes, beside its peers (NaturalCases.swift).
 if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "natural" {
     NaturalBench.main(Array(CommandLine.arguments.dropFirst(2)))
+}
+
+// `throughput sources ...`: dispatch sources beside Dispatch's (SourceCases.swift).
+if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "sources" {
+    SourceBench.main(Array(CommandLine.arguments.dropFirst(2)))
 }
 
 // `throughput files ...`: listing, info, lines and tree removal (FilesBench.swift).

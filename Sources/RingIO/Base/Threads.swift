@@ -10,7 +10,9 @@ import CLiburing
 /// - Returns: the `pthread_create` error, or 0 when the thread started.
 ///
 /// SIGPIPE is blocked on every library thread, so a write to a closed pipe or
-/// socket reports EPIPE instead of killing the process.
+/// socket reports EPIPE instead of killing the process; so is every other
+/// asynchronous signal, so that the library's threads never take a signal
+/// meant for the program (signal sources read them through a signalfd).
 @discardableResult
 package func spawnThread(name: String, _ body: @escaping @Sendable () -> Void) -> Int32 {
     final class Box: Sendable {
@@ -25,7 +27,7 @@ package func spawnThread(name: String, _ body: @escaping @Sendable () -> Void) -
     var thread = pthread_t()
     let rc = pthread_create(&thread, &attr, { raw in
         let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
-        blockSIGPIPEOnThisThread()
+        blockAsynchronousSignalsOnThisThread()
         cliburing_set_thread_name(box.name)
         box.body()
         return nil
@@ -39,6 +41,16 @@ package func blockSIGPIPEOnThisThread() {
     var set = sigset_t()
     sigemptyset(&set)
     sigaddset(&set, SIGPIPE)
+    pthread_sigmask(SIG_BLOCK, &set, nil)
+}
+
+/// Blocks every signal but the synchronous ones (a fault raised by the
+/// thread's own code: SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS,
+/// SIGABRT) and SIGPROF (profilers) on the calling thread.
+package func blockAsynchronousSignalsOnThisThread() {
+    var set = sigset_t()
+    sigfillset(&set)
+    for sig in [SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT, SIGPROF] { sigdelset(&set, sig) }
     pthread_sigmask(SIG_BLOCK, &set, nil)
 }
 

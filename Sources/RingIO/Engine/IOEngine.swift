@@ -94,6 +94,11 @@ public final class IOEngine: Sendable {
         /// The most bytes of read buffers the engine's channels hold for
         /// reads not yet delivered (`ReadBudget`); internal, for tests.
         var readBufferLimit = ReadBudget.defaultLimit
+
+        /// Tests: the io_uring backend acts as on a kernel before 5.13 (a
+        /// one-shot poll that its caller re-arms for `.pollMultishot`,
+        /// `CLOCK_MONOTONIC` timeouts), so the fallbacks run here too.
+        package var actsAsOldKernel = false
     }
 
     /// The backend in use.
@@ -126,6 +131,9 @@ public final class IOEngine: Sendable {
     public let queue: IOQueue
     /// The cap on read buffers held by reads in flight (`ReadBudget`).
     package let readBudget: ReadBudget
+    /// The engine's timers (timer sources, channel intervals, and, on
+    /// io_uring, `asyncAfter`): a heap and one timeout request.
+    package let timers: EngineTimerService
     #if DEBUG
     /// Debug builds: faults tests inject into this engine's requests.
     package let faults = FaultInjector()
@@ -134,6 +142,11 @@ public final class IOEngine: Sendable {
     private static let _shared: IOEngine = {
         let engine = (try? IOEngine(configuration: Configuration()))
             ?? IOEngine(threadPoolBecause: "io_uring could not be set up")
+        // The shared engine's ring keeps the library's timers (asyncAfter,
+        // channel intervals): no timer thread. Only the shared engine's: it
+        // lives as long as the process, where another engine's service
+        // would stop firing when that engine is released.
+        if engine.backend == .ioUring { TimerServices.install(engine.timers) }
         if let reason = engine.fallbackReason, getenv("RINGIO_QUIET") == nil {
             let line = "RingIO: using the thread-pool backend: \(reason)\n"
             _ = Array(line.utf8).withUnsafeBytes { try? Syscall.write(2, from: $0) }
@@ -169,11 +182,13 @@ public final class IOEngine: Sendable {
                 let uring = try UringBackend.start(entries: configuration.ringEntries,
                                                    spinNanoseconds: configuration.idleSpin.clampedNanoseconds,
                                                    registerBuffers: configuration.registersBuffers,
-                                                   fileSlots: Swift.max(0, Swift.min(configuration.registeredFileSlots, 32768)))
+                                                   fileSlots: Swift.max(0, Swift.min(configuration.registeredFileSlots, 32768)),
+                                                   oldKernel: configuration.actsAsOldKernel)
                 self.uring = uring
                 self.core = uring
                 self.queue = IOQueue(label: "ringio.engine", runner: uring)
                 self.readBudget = ReadBudget(limit: configuration.readBufferLimit, queue: queue)
+                self.timers = EngineTimerService(backend: uring, clock: uring.timeoutClock)
                 self.backend = .ioUring
                 self.fallbackReason = nil
                 return
@@ -183,18 +198,22 @@ public final class IOEngine: Sendable {
             }
         }
         self.uring = nil
-        self.core = ThreadPoolBackend()
+        let pool = ThreadPoolBackend()
+        self.core = pool
         self.queue = IOQueue(label: "ringio.engine")
         self.readBudget = ReadBudget(limit: configuration.readBufferLimit, queue: queue)
+        self.timers = EngineTimerService(backend: pool, clock: CLOCK_BOOTTIME)
         self.backend = .threadPool
         self.fallbackReason = reason
     }
 
     init(threadPoolBecause reason: String) {
         self.uring = nil
-        self.core = ThreadPoolBackend()
+        let pool = ThreadPoolBackend()
+        self.core = pool
         self.queue = IOQueue(label: "ringio.engine")
         self.readBudget = ReadBudget(limit: ReadBudget.defaultLimit, queue: queue)
+        self.timers = EngineTimerService(backend: pool, clock: CLOCK_BOOTTIME)
         self.backend = .threadPool
         self.fallbackReason = reason
     }
@@ -310,6 +329,34 @@ public final class IOEngine: Sendable {
         #endif
         core.submit(IORequest(.cancel(target: request)) { _ in })
     }
+
+    /// The id of the thread that runs the completions of `.pollMultishot`
+    /// watches (the ring thread, or the thread-pool backend's readiness
+    /// loop once it runs); 0 before that. Signal sources forward signals
+    /// to it.
+    package var watchThreadID: Int32 {
+        if let uring { return uring.threadID.load(ordering: .acquiring) }
+        return (core as? ThreadPoolBackend)?.readiness.threadID.load(ordering: .acquiring) ?? 0
+    }
+
+    /// State that layers above keep per engine (the signal sources' signalfd,
+    /// the file-system sources' inotify fd), one object per type.
+    private let attachments = Locked<[ObjectIdentifier: any AnyObject & Sendable]>([:])
+
+    /// The object of type `T` attached to this engine, made by `make` on
+    /// first use.
+    package func attachment<T: AnyObject & Sendable>(_ type: T.Type, _ make: () -> T) -> T {
+        attachments.withLock { table in
+            if let existing = table[ObjectIdentifier(type)] as? T { return existing }
+            let made = make()
+            table[ObjectIdentifier(type)] = made
+            return made
+        }
+    }
+
+    /// Whether a `.pollMultishot` watch stays armed after a readiness
+    /// (io_uring on Linux 5.13 and later); otherwise it ends at each one.
+    package var keepsWatchesArmed: Bool { uring?.multishotPolls ?? false }
 
     /// The number of `io_uring_enter` calls so far (io_uring only; for tests and benchmarks).
     @_spi(Engine)

@@ -80,6 +80,24 @@ public final class IORequest: @unchecked Sendable {
         /// Cancels `target`: `IORING_OP_ASYNC_CANCEL` on the ring, or an
         /// interrupted wait in the pool. Made by `IOEngine.cancel(_:)`.
         case cancel(target: IORequest)
+        /// Watches `fd` for `events` (`POLLIN`, `POLLOUT`) and keeps
+        /// watching: each time the fd becomes ready the request's `shot`
+        /// runs with the ready events, and the request stays in flight. It
+        /// may end at any time with a final completion (the ready events, or
+        /// `-errno`, `-ECANCELED` after `IOEngine.cancel`); a caller that
+        /// still wants events submits a new one. Kernels before 5.13 (no
+        /// multishot poll) and the thread-pool backend (its readiness loop,
+        /// one thread for every watch) end it after each readiness, so the
+        /// caller re-arms each time. The corresponding io_uring operation is
+        /// `IORING_OP_POLL_ADD` with `IORING_POLL_ADD_MULTI`.
+        case pollMultishot(fd: Int32, events: UInt32)
+        /// Completes with `-ETIME` at `deadline`, an absolute time of
+        /// `CLOCK_BOOTTIME` (`CLOCK_MONOTONIC` where the kernel lacks
+        /// `IORING_TIMEOUT_BOOTTIME`, before 5.15: see
+        /// `IOEngine.timeoutClock`), or with `-ECANCELED` when cancelled
+        /// first. The corresponding io_uring operation is `IORING_OP_TIMEOUT`
+        /// with `IORING_TIMEOUT_ABS`.
+        case timeout(deadline: UnsafePointer<__kernel_timespec>)
     }
 
     enum EngineState: UInt8 {
@@ -150,6 +168,9 @@ public final class IORequest: @unchecked Sendable {
     /// Work to run on the ring thread instead of a system call (table
     /// updates); its result is the completion's `res`. io_uring only.
     let ringTask: (@Sendable (UringBackend) -> Int32)?
+    /// For `.pollMultishot`: runs for each readiness that does not end the
+    /// request (a CQE with `IORING_CQE_F_MORE`), on the engine's thread.
+    package let shot: (@Sendable (Int32) -> Void)?
 
     public init(_ operation: Operation, owner: AnyObject? = nil, mayBlock: Bool = false,
          completion: @escaping @Sendable (Int32) -> Void) {
@@ -162,6 +183,7 @@ public final class IORequest: @unchecked Sendable {
         self.fixedBuffer = nil
         self.fixedFile = nil
         self.ringTask = nil
+        self.shot = nil
     }
 
     /// A request with registered-resource hints.
@@ -176,6 +198,7 @@ public final class IORequest: @unchecked Sendable {
         self.fixedBuffer = fixedBuffer
         self.fixedFile = fixedFile
         self.ringTask = nil
+        self.shot = nil
     }
 
     /// A request whose completion goes to `target`, with `tag`: no closure
@@ -192,6 +215,7 @@ public final class IORequest: @unchecked Sendable {
         self.fixedBuffer = fixedBuffer
         self.fixedFile = fixedFile
         self.ringTask = nil
+        self.shot = nil
     }
 
     private static let noCompletion: @Sendable (Int32) -> Void = { _ in }
@@ -218,10 +242,37 @@ public final class IORequest: @unchecked Sendable {
         self.fixedBuffer = nil
         self.fixedFile = nil
         self.ringTask = ringTask
+        self.shot = nil
+    }
+
+    /// A `.pollMultishot` request: `shot` runs for each readiness that
+    /// leaves the request in flight, `completion` once at its end.
+    package init(_ operation: Operation, owner: AnyObject?, shot: @escaping @Sendable (Int32) -> Void,
+                 completion: @escaping @Sendable (Int32) -> Void) {
+        self.operation = operation
+        self.owner = owner
+        self.mayBlock = false
+        self.closure = completion
+        self.target = nil
+        self.tag = 0
+        self.fixedBuffer = nil
+        self.fixedFile = nil
+        self.ringTask = nil
+        self.shot = shot
     }
 
     var isPoll: Bool {
         if case .poll = operation { return true }
+        return false
+    }
+
+    var isTimeout: Bool {
+        if case .timeout = operation { return true }
+        return false
+    }
+
+    var isMultishotPoll: Bool {
+        if case .pollMultishot = operation { return true }
         return false
     }
 

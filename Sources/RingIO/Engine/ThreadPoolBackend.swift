@@ -59,6 +59,8 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
     /// Workers running a blocking request now.
     private var blockedWorkers = 0
     private var stopping = false
+    /// The one thread that waits for every `.pollMultishot` watch.
+    let readiness = ReadinessLoop()
 
     init() {}
 
@@ -95,8 +97,26 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
             completeNow.append((request, -ECANCELED))
             return
         }
+        if request.isMultishotPoll {
+            let error = readiness.add(request)
+            if error != 0 {
+                request.engineState = .done
+                completeNow.append((request, -error))
+            }
+            return
+        }
         if case .cancel(let target) = request.operation {
             request.engineState = .done
+            if target.isMultishotPoll {
+                if readiness.remove(target) {
+                    target.engineState = .done
+                    completeNow.append((target, -ECANCELED))
+                    completeNow.append((request, 0))
+                } else {
+                    completeNow.append((request, -ENOENT))
+                }
+                return
+            }
             switch target.engineState {
             case .queued:
                 // With its whole chain, if it is part of one; O(1) per request.
@@ -108,7 +128,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
                 }
                 completeNow.append((request, 0))
             case .inFlight:
-                if target.mayBlock || target.isPoll, let worker = target.worker as? Worker, !worker.cancelSignalled {
+                if target.mayBlock || target.isPoll || target.isTimeout, let worker = target.worker as? Worker, !worker.cancelSignalled {
                     worker.cancelSignalled = true
                     _ = try? Syscall.eventfdWrite(worker.cancelFD)
                     completeNow.append((request, 0))
@@ -143,7 +163,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
     /// process: a read or write on a pipe, socket or tty, a poll, or an open
     /// (of a FIFO: it waits for the other end).
     static func isBlocking(_ request: IORequest) -> Bool {
-        if request.mayBlock || request.isPoll { return true }
+        if request.mayBlock || request.isPoll || request.isTimeout { return true }
         switch request.operation {
         case .openat: return true
         // A chain's open waits only without O_NONBLOCK (readFile's never does).
@@ -260,6 +280,7 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
     }
 
     func shutdown() {
+        readiness.shutdown()
         let cancelled = lock.withLock { () -> [IORequest] in
             stopping = true
             var out: [IORequest] = []
@@ -336,6 +357,10 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
             }
             if fds[1].revents != 0 { return -ECANCELED }
             return Int32(fds[0].revents)
+        case .pollMultishot:
+            fatalError("unreachable: watches go to the readiness loop")
+        case .timeout(let deadline):
+            return Self.waitUntil(deadline.pointee, cancelFD: cancelFD)
         case .renameat(let oldDirectory, let oldPath, let newDirectory, let newPath, let flags):
             return Syscall.negatedErrno { () throws(Errno) in
                 try Syscall.renameat2(oldDirectory, oldPath, newDirectory, newPath, flags: flags)
@@ -423,6 +448,22 @@ final class ThreadPoolBackend: EngineBackend, @unchecked Sendable {
             } catch {
                 return -error.rawValue
             }
+        }
+    }
+
+    /// `.timeout` on a worker: waits on the cancel eventfd until `deadline`
+    /// (`CLOCK_BOOTTIME`, the clock the engine reports in `timeoutClock`);
+    /// `-ETIME` when it passes, `-ECANCELED` when cancelled first.
+    static func waitUntil(_ deadline: __kernel_timespec, cancelFD: Int32) -> Int32 {
+        let target = Int64(deadline.tv_sec) * 1_000_000_000 + Int64(deadline.tv_nsec)
+        while true {
+            var now = timespec()
+            clock_gettime(CLOCK_BOOTTIME, &now)
+            let left = target - (Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec))
+            if left <= 0 { return -ETIME }
+            let rc = cliburing_wait_readable(cancelFD, left)
+            if rc > 0 { return -ECANCELED }
+            if rc < 0 && rc != -EINTR { return rc }
         }
     }
 }

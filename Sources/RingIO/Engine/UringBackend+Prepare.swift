@@ -59,6 +59,15 @@ extension UringBackend {
             cliburing_prep_fixed_fd_install(sqe, file.slot)
         case .closeChained(let file):
             io_uring_prep_close_direct(sqe, UInt32(file.slot))
+        case .pollMultishot(let fd, let events):
+            if multishotPolls {
+                io_uring_prep_poll_multishot(sqe, fd, events)
+            } else {
+                io_uring_prep_poll_add(sqe, fd, events)
+            }
+        case .timeout(let deadline):
+            let clock = timeoutClock == CLOCK_BOOTTIME ? UInt32(IORING_TIMEOUT_BOOTTIME) : 0
+            io_uring_prep_timeout(sqe, UnsafeMutablePointer(mutating: deadline), 0, UInt32(IORING_TIMEOUT_ABS) | clock)
         case .cancel:
             fatalError("unreachable: cancels are prepared in fill()")
         }

@@ -52,6 +52,16 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     /// The kernel runs chains on direct descriptors (`ChainedFile`) and the
     /// ring has a file table for them.
     let supportsChainedFiles: Bool
+    /// The kernel keeps a poll armed after each readiness
+    /// (`IORING_POLL_ADD_MULTI`, Linux 5.13); before that a
+    /// `.pollMultishot` request is a one-shot poll that the caller re-arms.
+    let multishotPolls: Bool
+    /// The clock of `.timeout` deadlines: `CLOCK_BOOTTIME` (the clock of
+    /// `ContinuousClock` on Linux) where the kernel has
+    /// `IORING_TIMEOUT_BOOTTIME` (5.15), else `CLOCK_MONOTONIC`.
+    let timeoutClock: clockid_t
+    /// The thread id of the ring thread (for signals forwarded to it).
+    let threadID = Atomic<Int32>(0)
 
     // Ring thread only. `@exclusivity(unchecked)` here and below: each of
     // these is touched by one thread or under `lock`, so the runtime's
@@ -103,7 +113,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     var enterCalls: UInt64 { enterCounter.load(ordering: .relaxed) }
 
     private init(ring: UnsafeMutablePointer<io_uring>, eventFD: Int32, description: String, spinNanoseconds: UInt64,
-                 tables: RingTables) {
+                 tables: RingTables, oldKernel: Bool) {
         self.spin = IdleSpin(budget: spinNanoseconds)
         self.tables = tables
         self.ring = ring
@@ -113,6 +123,9 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         self.completionEntries = Int(ring.pointee.cq.ring_entries)
         self.setupDescription = description
         self.supportsChainedFiles = tables.fileCapacity > 0 && cliburing_supports_direct_chain(ring) != 0
+        let kernel = oldKernel ? KernelVersion(5, 10) : KernelVersion.running
+        self.multishotPolls = kernel >= KernelVersion(5, 13)
+        self.timeoutClock = kernel >= KernelVersion(5, 15) ? CLOCK_BOOTTIME : CLOCK_MONOTONIC
         inbox.reserveCapacity(256)
         local.reserveCapacity(256)
     }
@@ -126,7 +139,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     ///
     /// - Throws: the `io_uring_setup` error (ENOSYS, EPERM, ENOMEM, ...).
     static func start(entries: Int, spinNanoseconds: UInt64, registerBuffers: Bool,
-                      fileSlots: Int) throws(Errno) -> UringBackend {
+                      fileSlots: Int, oldKernel: Bool = false) throws(Errno) -> UringBackend {
         // @unchecked: written by the ring thread before `lock.signal`, read
         // by the starter after waking, both under `lock`.
         final class Handoff: @unchecked Sendable {
@@ -138,7 +151,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         let entries = UInt32(Swift.min(Swift.max(entries, 2), 32768))
         let rc = spawnThread(name: "ringio-ring") {
             let result = setUp(entries: entries, spinNanoseconds: spinNanoseconds,
-                               registerBuffers: registerBuffers, fileSlots: fileSlots)
+                               registerBuffers: registerBuffers, fileSlots: fileSlots, oldKernel: oldKernel)
             let backend = try? result.get()
             handoff.lock.withLock {
                 handoff.result = result
@@ -157,7 +170,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
 
     /// Runs on the ring thread: io_uring_queue_init_params with the best flags the kernel takes.
     private static func setUp(entries: UInt32, spinNanoseconds: UInt64, registerBuffers: Bool,
-                              fileSlots: Int) -> Result<UringBackend, Errno> {
+                              fileSlots: Int, oldKernel: Bool) -> Result<UringBackend, Errno> {
         let ring = UnsafeMutablePointer<io_uring>.allocate(capacity: 1)
         let attempts: [(UInt32, String)] = [
             (cliburing_setup_single_issuer() | cliburing_setup_defer_taskrun(), "SINGLE_ISSUER|DEFER_TASKRUN"),
@@ -179,7 +192,8 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                 }
                 let tables = RingTables(ring: ring, buffers: registerBuffers, files: fileSlots)
                 return .success(UringBackend(ring: ring, eventFD: efd, description: name,
-                                             spinNanoseconds: spinNanoseconds, tables: tables))
+                                             spinNanoseconds: spinNanoseconds, tables: tables,
+                                             oldKernel: oldKernel))
             }
             lastError = -rc
             // Only an unknown flag (EINVAL) is worth another attempt.
@@ -263,10 +277,11 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
 
     private func run() {
         var cqes = [UnsafeMutablePointer<io_uring_cqe>?](repeating: nil, count: 256)
-        var results: [(UInt64, Int32)] = []
+        var results: [(UInt64, Int32, UInt32)] = []
         results.reserveCapacity(256)
         var cancelledEverything = false
         markRingThread()
+        threadID.store(cliburing_gettid(), ordering: .releasing)
 
         while true {
             // 1. Take what arrived.
@@ -368,7 +383,8 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     }
 
     /// Ring thread: runs the completions of every CQE that is ready.
-    private func reapReady(_ cqes: inout [UnsafeMutablePointer<io_uring_cqe>?], _ results: inout [(UInt64, Int32)]) {
+    private func reapReady(_ cqes: inout [UnsafeMutablePointer<io_uring_cqe>?],
+                           _ results: inout [(UInt64, Int32, UInt32)]) {
         while true {
             let n = cqes.withUnsafeMutableBufferPointer { buffer in
                 Int(io_uring_peek_batch_cqe(ring, buffer.baseAddress, UInt32(buffer.count)))
@@ -376,10 +392,10 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             if n == 0 { break }
             for i in 0..<n {
                 let cqe = cqes[i]!.pointee
-                results.append((cqe.user_data, cqe.res))
+                results.append((cqe.user_data, cqe.res, cqe.flags))
             }
             io_uring_cq_advance(ring, UInt32(n))
-            for (userData, res) in results { complete(userData: userData, res: res) }
+            for (userData, res, flags) in results { complete(userData: userData, res: res, flags: flags) }
             results.removeAll(keepingCapacity: true)
             if n < cqes.count { break }
         }
@@ -478,7 +494,15 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         }
     }
 
-    private func complete(userData: UInt64, res: Int32) {
+    private func complete(userData: UInt64, res: Int32, flags: UInt32) {
+        if flags & UInt32(IORING_CQE_F_MORE) != 0, userData > Self.wakeUserData {
+            // A multishot poll's readiness: the request stays in flight (and
+            // retained in its user_data) until a CQE without the flag.
+            let request = Unmanaged<IORequest>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(userData))!)
+                .takeUnretainedValue()
+            request.shot?(res)
+            return
+        }
         outstanding -= 1
         if userData == Self.wakeUserData {
             wakeArmed = false

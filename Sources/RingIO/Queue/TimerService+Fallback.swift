@@ -8,22 +8,41 @@ import RingIOBase
 /// deadlines on `current`. A timer armed on the fallback before a service is
 /// installed stays there and fires from there.
 package enum TimerServices {
-    private static let installed = Locked<(any TimerService)?>(nil)
-    private static let fallback = FallbackTimerService()
+    /// The process's registry.
+    private static let registry = TimerServiceRegistry()
 
     /// The installed service, or the fallback when none is.
-    package static var current: any TimerService {
-        installed.withLock { $0 } ?? fallback
-    }
+    package static var current: any TimerService { registry.current }
 
     /// Makes `service` the one ``current`` returns from now on.
-    package static func install(_ service: any TimerService) {
-        installed.withLock { $0 = service }
-    }
+    package static func install(_ service: any TimerService) { registry.install(service) }
 
     /// The fallback service (for tests and benchmarks that need it even
     /// after another service is installed).
-    package static var fallbackService: any TimerService { fallback }
+    package static var fallbackService: any TimerService { registry.fallback }
+}
+
+/// A fallback service and the one installed over it (`TimerServices` keeps
+/// the process's; a test makes its own, as the process's may already have
+/// the shared engine's installed).
+package final class TimerServiceRegistry: Sendable {
+    private let installed = Locked<(any TimerService)?>(nil)
+    /// The service `current` returns until one is installed.
+    package let fallback: any TimerService
+
+    package init(fallback: any TimerService = FallbackTimerService()) {
+        self.fallback = fallback
+    }
+
+    /// The installed service, or the fallback when none is.
+    package var current: any TimerService {
+        installed.withLock { $0 } ?? fallback
+    }
+
+    /// Makes `service` the one `current` returns from now on.
+    package func install(_ service: any TimerService) {
+        installed.withLock { $0 = service }
+    }
 }
 
 /// The timer service used until an engine installs its own: one thread
@@ -119,7 +138,7 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
             return id
         }
         if start {
-            let rc = spawnThread(name: "ringio-timers") { [self] in run() }
+            let rc = spawnThread(name: "ringio-after") { [self] in run() }
             precondition(rc == 0, "RingIO: cannot start the timer thread (pthread_create: \(rc))")
         }
         return TimerToken(id: id)

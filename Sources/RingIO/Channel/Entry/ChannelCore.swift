@@ -40,7 +40,7 @@ package final class ChannelCore: @unchecked Sendable {
 
     let kind: IOChannel.Kind
     package let queue: IOQueue
-    let engine: IOEngine
+    package let engine: IOEngine
     let cleanup: @Sendable (Errno?) -> Void
     let pathSpec: PathSpec?
 

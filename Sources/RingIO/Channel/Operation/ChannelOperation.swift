@@ -289,7 +289,7 @@ package final class ChannelOperation: SchedulableOperation, IORequestTarget, @un
         let requests = requestsLocked(actions)
         lock.unlock()
         if let interval = actions.interval {
-            IntervalTimers.shared.schedule(every: interval) { [weak self] in self?.tick() ?? false }
+            IntervalTicks.schedule(on: engine.timers, every: interval) { [weak self] in self?.tick() ?? false }
         }
         if inlineFirst, direction == .read, let request = requests.one, let res = tryInline(request) {
             // Done here: the completion as the engine would have given it

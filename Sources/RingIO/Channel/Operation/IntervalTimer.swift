@@ -1,68 +1,31 @@
 import RingIOBase
-import RingIOData
 import RingIOQueue
 @_spi(Engine) import RingIOEngine
 
-/// Repeating timers for the operations' delivery intervals, on one thread
-/// started on first use.
+/// Repeating ticks for the operations' delivery intervals, on the engine's
+/// timers: the ring's own timeouts on io_uring (no thread of their own;
+/// this was a `ringio-timers` thread before), one timeout request on the
+/// thread-pool backend.
 ///
-/// A timer calls `tick` every `period` until `tick` returns false. `tick`
-/// runs on the timer thread and must be short: operations use it to enqueue
-/// a delivery on their queue.
-final class IntervalTimers: Sendable {
-    private struct Timer {
-        var deadline: UInt64
-        let period: UInt64
-        let tick: @Sendable () -> Bool
+/// A tick calls `tick` every `period` until `tick` returns false. `tick`
+/// runs on the engine's thread and must be short: operations use it to
+/// enqueue a delivery on their queue.
+enum IntervalTicks {
+    /// Calls `tick` every `period` (first after one period; at least 1 µs)
+    /// until it returns false.
+    static func schedule(on timers: any TimerService, every period: Duration,
+                         _ tick: @escaping @Sendable () -> Bool) {
+        let period = Swift.max(period, .microseconds(1))
+        arm(timers, at: .now + period, every: period, tick)
     }
 
-    // `timers` and `started` are read and written only with `lock` held.
-    private let lock = ConditionLock()
-    private nonisolated(unsafe) var timers: [Timer] = []
-    private nonisolated(unsafe) var started = false
-
-    static let shared = IntervalTimers()
-
-    /// Calls `tick` every `period` (first after one period) until it returns false.
-    func schedule(every period: Duration, _ tick: @escaping @Sendable () -> Bool) {
-        let nanos = Swift.max(period.clampedNanoseconds, 1_000)
-        let start = lock.withLock { () -> Bool in
-            timers.append(Timer(deadline: monotonicNanoseconds() &+ nanos, period: nanos, tick: tick))
-            lock.signal()
-            if started { return false }
-            started = true
-            return true
-        }
-        if start {
-            spawnThread(name: "ringio-timers") { [self] in run() }
-        }
-    }
-
-    private func run() {
-        lock.lock()
-        while true {
-            guard let next = timers.min(by: { $0.deadline < $1.deadline })?.deadline else {
-                lock.wait()
-                continue
-            }
-            let now = monotonicNanoseconds()
-            if next > now {
-                _ = lock.wait(untilNanoseconds: next)
-                continue
-            }
-            var due: [Timer] = []
-            timers.removeAll { t in
-                if t.deadline <= now { due.append(t); return true }
-                return false
-            }
-            lock.unlock()
-            var again: [Timer] = []
-            for var t in due where t.tick() {
-                t.deadline = Swift.max(t.deadline &+ t.period, now)
-                again.append(t)
-            }
-            lock.lock()
-            timers.append(contentsOf: again)
+    private static func arm(_ timers: any TimerService, at deadline: ContinuousClock.Instant, every period: Duration,
+                            _ tick: @escaping @Sendable () -> Bool) {
+        _ = timers.arm(deadline: deadline, leeway: .zero) {
+            guard tick() else { return }
+            // After a stall the next tick is one period from now, not a
+            // burst of the ticks missed (as the timer thread did).
+            arm(timers, at: Swift.max(deadline + period, .now), every: period, tick)
         }
     }
 }
