@@ -106,7 +106,22 @@ extension IOChannel {
     /// - Throws: the read's error (`EBADF`, `EISDIR`, `ECANCELED` after
     ///   `close` or cancellation, ...).
     public func read(offset: Int64 = 0, length: Int) async throws(Errno) -> DataChunk {
+        // Cancelled already: nothing is read.
+        if Task.isCancelled { throw .canceled }
+        // Cached bytes of a regular file, nothing ahead of it on the fd: read
+        // here, before any suspension (no continuation, no hop).
+        switch core.readNow(offset: offset, length: length) {
+        case .read(let chunk): return chunk
+        case .submit(let skipInlineTry): return try await submitRead(offset: offset, length: length,
+                                                                    skipInlineTry: skipInlineTry)
+        }
+    }
+
+    /// `read`, as an operation of the channel, awaited.
+    private func submitRead(offset: Int64, length: Int, skipInlineTry: Bool) async throws(Errno) -> DataChunk {
         let core = self.core
+        var options = OperationOptions(inline: true)
+        options.skipInlineTry = skipInlineTry
         let awaited = AwaitedOperation<DataChunk>()
         let result = await withTaskCancellationHandler {
             // Unsafe (unchecked) continuation: the operation calls its handler
@@ -119,8 +134,7 @@ extension IOChannel {
                 // read (the ring thread, usually), with no queue hop; the
                 // resumed task then runs on its executor (see ThreadsAndExecutors).
                 let operation = core.submit(direction: .read, offset: offset, length: Swift.max(length, 0),
-                                            data: .empty, queue: core.queue,
-                                            options: OperationOptions(inline: true)) { done, data, error in
+                                            data: .empty, queue: core.queue, options: options) { done, data, error in
                     if let data, !data.isEmpty {
                         awaited.collected = awaited.collected.isEmpty ? data : awaited.collected.concat(data)
                     }
@@ -152,6 +166,17 @@ extension IOChannel {
     ///
     /// - Throws: the write's error (`EBADF`, `ENOSPC`, `EPIPE`, ...).
     public func write(offset: Int64 = 0, data: DataChunk) async throws(Errno) {
+        // Cancelled already: nothing is written.
+        if Task.isCancelled { throw .canceled }
+        // A small write to a regular file, nothing ahead of it on the fd:
+        // written here, before any suspension (a plain `write(2)`, which may
+        // block while the kernel throttles dirty pages).
+        if let result = core.writeNow(offset: offset, data: data) { return try result.get() }
+        try await submitWrite(offset: offset, data: data)
+    }
+
+    /// `write`, as an operation of the channel, awaited.
+    private func submitWrite(offset: Int64, data: DataChunk) async throws(Errno) {
         let core = self.core
         let awaited = AwaitedOperation<Void>()
         let result = await withTaskCancellationHandler {
