@@ -139,10 +139,13 @@ struct AwaitedInlineTests {
         let (entry, _) = try #require(channel.core.beginInline(isWrite: true) { _ in true })
         let barrierRan = Atomic<Bool>(false)
         let barrierDone = Latch()
-        channel.barrier {
-            barrierRan.store(true, ordering: .releasing)
-            barrierDone.signal()
+        let queueBarrier = {  // (the handler form, not the awaited one)
+            channel.barrier {
+                barrierRan.store(true, ordering: .releasing)
+                barrierDone.signal()
+            }
         }
+        queueBarrier()
         let queued = Recorder(queue: queue)
         channel.write(data: DataChunk([1, 2, 3]), queue: queue, handler: queued.handler)
         // Nor may another awaited operation go inline now.
@@ -216,8 +219,12 @@ struct AwaitedInlineTests {
         let channel = IOChannel(kind: .stream, fileDescriptor: fd, queue: IOQueue(label: "inline-cancel"), engine: engine)
         let task = Task { () async -> (Result<DataChunk, Errno>, Result<Void, Errno>) in
             withUnsafeCurrentTask { $0?.cancel() }
-            let read = await Result { () async throws(Errno) in try await channel.read(length: 4096) }
-            let wrote = await Result { () async throws(Errno) in try await channel.write(data: DataChunk([9, 9, 9])) }
+            let read: Result<DataChunk, Errno>
+            do throws(Errno) { read = .success(try await channel.read(length: 4096)) } catch { read = .failure(error) }
+            let wrote: Result<Void, Errno>
+            do throws(Errno) { wrote = .success(try await channel.write(data: DataChunk([9, 9, 9]))) } catch {
+                wrote = .failure(error)
+            }
             return (read, wrote)
         }
         let (read, wrote) = await task.value
@@ -240,11 +247,14 @@ struct AwaitedInlineTests {
         let wrong = Atomic<Int>(0)
         let cancelled = Atomic<Int>(0)
         for round in 0..<20 {
-            let tasks = (0..<8).map { t in
-                Task {
+            var tasks: [Task<Void, Never>] = []
+            for t in 0..<8 {
+                let first: Int = (round * 8 + t) * 200
+                tasks.append(Task {
                     for i in 0..<200 {
-                        let at = ((round * 8 + t) * 200 + i) % 64 * 4096
-                        do {
+                        let block: Int = (first + i) % 64
+                        let at: Int = block * 4096
+                        do throws(Errno) {
                             let data = try await channel.read(offset: Int64(at), length: 4096)
                             if data != DataChunk(bytes[at..<(at + 4096)]) { wrong.add(1, ordering: .relaxed) }
                         } catch {
@@ -253,7 +263,7 @@ struct AwaitedInlineTests {
                             return
                         }
                     }
-                }
+                })
             }
             // Cancel them at different moments of their loops.
             for (t, task) in tasks.enumerated() {

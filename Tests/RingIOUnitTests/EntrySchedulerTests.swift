@@ -126,6 +126,10 @@ private struct Driver {
     mutating func barrierReturned() {
         note(scheduler.barrierReturned(host: host))
     }
+
+    mutating func beginInline(stream: Bool, lane: Int, isWrite: Bool) -> Bool {
+        scheduler.beginInline(stream: stream, lane: lane, isWrite: isWrite)
+    }
 }
 
 @Suite("EntryScheduler: the fd entry's rules, without the kernel")
@@ -191,17 +195,21 @@ struct EntrySchedulerTests {
     func inlineOperation() {
         var d = Driver()
         // Idle: a stream read and a random write may begin at once.
-        #expect(d.scheduler.beginInline(stream: true, lane: 0, isWrite: false))
-        #expect(d.scheduler.beginInline(stream: false, lane: 0, isWrite: true))
+        let began1 = d.beginInline(stream: true, lane: 0, isWrite: false)
+        #expect(began1)
+        let began2 = d.beginInline(stream: false, lane: 0, isWrite: true)
+        #expect(began2)
         // Behind the inline stream read: a stream write waits in its lane,
         // a barrier waits for both inline operations, and a second inline
         // stream operation is refused (its lane is busy).
         let w = d.stream("w", write: true)
         d.barrier("B")
         #expect(d.started == [])
-        #expect(!d.scheduler.beginInline(stream: true, lane: 0, isWrite: false))
+        let began3 = d.beginInline(stream: true, lane: 0, isWrite: false)
+        #expect(!began3)
         // Behind the queued barrier, nothing may begin inline, random or not.
-        #expect(!d.scheduler.beginInline(stream: false, lane: 0, isWrite: false))
+        let began4 = d.beginInline(stream: false, lane: 0, isWrite: false)
+        #expect(!began4)
         d.note(d.scheduler.endInline(stream: true, lane: 0, isWrite: false, host: d.host))
         #expect(d.started == ["w"])
         d.finish(w)
@@ -209,12 +217,15 @@ struct EntrySchedulerTests {
         d.note(d.scheduler.endInline(stream: false, lane: 0, isWrite: true, host: d.host))
         #expect(d.started == ["w", "B"])
         // While the barrier runs, nothing begins inline.
-        #expect(!d.scheduler.beginInline(stream: false, lane: 0, isWrite: false))
+        let began5 = d.beginInline(stream: false, lane: 0, isWrite: false)
+        #expect(!began5)
         d.barrierReturned()
         // A stream read queued and running: the lane is busy; random ops may still begin.
         let r = d.stream("r")
-        #expect(!d.scheduler.beginInline(stream: true, lane: 0, isWrite: true))
-        #expect(d.scheduler.beginInline(stream: false, lane: 0, isWrite: false))
+        let began6 = d.beginInline(stream: true, lane: 0, isWrite: true)
+        #expect(!began6)
+        let began7 = d.beginInline(stream: false, lane: 0, isWrite: false)
+        #expect(began7)
         d.finish(r)
         // The last channel closes while the inline read runs: the cleanup waits for it.
         d.note((FDEntryReadyEmpty.none, d.scheduler.channelClosed("cleanup")))
@@ -222,7 +233,8 @@ struct EntrySchedulerTests {
         d.note(d.scheduler.endInline(stream: false, lane: 0, isWrite: false, host: d.host))
         #expect(d.cleanups == ["cleanup"])
         // Finished: nothing begins any more.
-        #expect(!d.scheduler.beginInline(stream: false, lane: 0, isWrite: false))
+        let began8 = d.beginInline(stream: false, lane: 0, isWrite: false)
+        #expect(!began8)
     }
 
     @Test("a barrier on an idle entry starts at once; two barriers run one after the other")
