@@ -151,7 +151,8 @@ struct AwaitedInlineTests {
         // Nor may another awaited operation go inline now.
         #expect(channel.core.readNow(offset: 0, length: 10).isSubmit)
         milliseconds(100)
-        #expect(!barrierRan.load(ordering: .acquiring), "the barrier ran while an inline operation was under way")
+        let ranEarly = barrierRan.load(ordering: .acquiring)
+        #expect(!ranEarly, "the barrier ran while an inline operation was under way")
         #expect(queued.calls.isEmpty, "a queued write overtook an inline operation")
         entry.endInline(stream: true, isWrite: true)
         #expect(barrierDone.wait())
@@ -244,22 +245,21 @@ struct AwaitedInlineTests {
         let fd = try Self.file(dir, "f", bytes)
         defer { try? fd.close() }
         let channel = IOChannel(kind: .random, fileDescriptor: fd, queue: .global, engine: engine)
-        let wrong = Atomic<Int>(0)
-        let cancelled = Atomic<Int>(0)
+        let counts = RaceCounts()
         for round in 0..<20 {
             var tasks: [Task<Void, Never>] = []
             for t in 0..<8 {
                 let first: Int = (round * 8 + t) * 200
-                tasks.append(Task {
+                tasks.append(Task { @Sendable in
                     for i in 0..<200 {
                         let block: Int = (first + i) % 64
                         let at: Int = block * 4096
                         do throws(Errno) {
                             let data = try await channel.read(offset: Int64(at), length: 4096)
-                            if data != DataChunk(bytes[at..<(at + 4096)]) { wrong.add(1, ordering: .relaxed) }
+                            if data != DataChunk(bytes[at..<(at + 4096)]) { counts.wrong.add(1, ordering: .relaxed) }
                         } catch {
-                            if error != .canceled { wrong.add(1, ordering: .relaxed) }
-                            cancelled.add(1, ordering: .relaxed)
+                            if error != .canceled { counts.wrong.add(1, ordering: .relaxed) }
+                            counts.cancelled.add(1, ordering: .relaxed)
                             return
                         }
                     }
@@ -272,12 +272,19 @@ struct AwaitedInlineTests {
             }
             for task in tasks { await task.value }
         }
-        #expect(wrong.load(ordering: .relaxed) == 0)
+        let wrong = counts.wrong.load(ordering: .relaxed)
+        #expect(wrong == 0)
         // The channel still reads.
         let again = try await channel.read(offset: 0, length: 4096)
         #expect(again == DataChunk(bytes[0..<4096]))
         channel.close()
     }
+}
+
+/// What the tasks of `cancellationRace` saw.
+private final class RaceCounts: Sendable {
+    let wrong = Atomic<Int>(0)
+    let cancelled = Atomic<Int>(0)
 }
 
 extension ChannelCore.InlineRead {
