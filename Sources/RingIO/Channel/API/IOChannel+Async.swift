@@ -98,10 +98,14 @@ extension IOChannel {
     /// (random channels; stream channels read at the file position) and
     /// returns them; fewer at the end of the file.
     ///
-    /// The task resumes straight from the completion of the last request,
-    /// without a hop through a queue. Cancelling the task cancels the read
-    /// in the kernel (a read blocked on an empty pipe ends at once) and
-    /// throws `Errno.canceled`; the bytes read until then are dropped.
+    /// Cached bytes of a regular file (up to 256 KiB, nothing queued ahead
+    /// of the read on its descriptor) are read on the calling thread, and
+    /// the call returns without suspending. Otherwise the task resumes
+    /// straight from the completion of the last request, without a hop
+    /// through a queue. Cancelling the task cancels the read in the kernel
+    /// (a read blocked on an empty pipe ends at once) and throws
+    /// `Errno.canceled`; the bytes read until then are dropped. A task
+    /// cancelled before the call reads nothing.
     ///
     /// - Throws: the read's error (`EBADF`, `EISDIR`, `ECANCELED` after
     ///   `close` or cancellation, ...).
@@ -161,8 +165,15 @@ extension IOChannel {
     /// Writes `data` at `offset` (random channels; stream channels write at
     /// the file position) and returns once all of it is written.
     ///
+    /// A write of up to 64 KiB to a regular file, with nothing queued ahead
+    /// of it on its descriptor, is a plain `write(2)` on the calling thread
+    /// (as `FileHandle`'s is): it returns without suspending, and may block
+    /// the thread for milliseconds while the kernel throttles dirty pages.
+    /// Queue writes with a handler to keep them off the caller's thread.
+    ///
     /// Cancelling the task cancels the write in the kernel and throws
-    /// `Errno.canceled`; some bytes may have been written by then.
+    /// `Errno.canceled`; some bytes may have been written by then. A task
+    /// cancelled before the call writes nothing.
     ///
     /// - Throws: the write's error (`EBADF`, `ENOSPC`, `EPIPE`, ...).
     public func write(offset: Int64 = 0, data: DataChunk) async throws(Errno) {
