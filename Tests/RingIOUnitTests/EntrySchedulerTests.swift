@@ -41,6 +41,11 @@ private struct FakeHost: EntrySchedulerHost {
 /// Runs are named by their writes' names, joined with "+".
 private typealias Scheduler = EntryScheduler<FakeOp, String, String, String>
 
+/// Nothing to start (for `Driver.note` of a transition that returns cleanups only).
+private enum FDEntryReadyEmpty {
+    static var none: Scheduler.Ready { Scheduler.Ready() }
+}
+
 /// Drives an `EntryScheduler` the way `FDEntry` does, recording what starts.
 private struct Driver {
     var scheduler = Scheduler(channels: 1)
@@ -121,6 +126,10 @@ private struct Driver {
     mutating func barrierReturned() {
         note(scheduler.barrierReturned(host: host))
     }
+
+    mutating func beginInline(stream: Bool, lane: Int, isWrite: Bool) -> Bool {
+        scheduler.beginInline(stream: stream, lane: lane, isWrite: isWrite)
+    }
 }
 
 @Suite("EntryScheduler: the fd entry's rules, without the kernel")
@@ -180,6 +189,52 @@ struct EntrySchedulerTests {
         #expect(d.scheduler.barrierRunning)
         d.barrierReturned()
         #expect(d.started == ["s", "x", "B", "y", "t"])
+    }
+
+    @Test("an inline operation begins only with nothing ahead of it, and holds back a barrier, its lane and the cleanup until it ends")
+    func inlineOperation() {
+        var d = Driver()
+        // Idle: a stream read and a random write may begin at once.
+        let began1 = d.beginInline(stream: true, lane: 0, isWrite: false)
+        #expect(began1)
+        let began2 = d.beginInline(stream: false, lane: 0, isWrite: true)
+        #expect(began2)
+        // Behind the inline stream read: a stream write waits in its lane,
+        // a barrier waits for both inline operations, and a second inline
+        // stream operation is refused (its lane is busy).
+        let w = d.stream("w", write: true)
+        d.barrier("B")
+        #expect(d.started == [])
+        let began3 = d.beginInline(stream: true, lane: 0, isWrite: false)
+        #expect(!began3)
+        // Behind the queued barrier, nothing may begin inline, random or not.
+        let began4 = d.beginInline(stream: false, lane: 0, isWrite: false)
+        #expect(!began4)
+        d.note(d.scheduler.endInline(stream: true, lane: 0, isWrite: false, host: d.host))
+        #expect(d.started == ["w"])
+        d.finish(w)
+        #expect(d.started == ["w"], "the barrier still waits for the inline random write")
+        d.note(d.scheduler.endInline(stream: false, lane: 0, isWrite: true, host: d.host))
+        #expect(d.started == ["w", "B"])
+        // While the barrier runs, nothing begins inline.
+        let began5 = d.beginInline(stream: false, lane: 0, isWrite: false)
+        #expect(!began5)
+        d.barrierReturned()
+        // A stream read queued and running: the lane is busy; random ops may still begin.
+        let r = d.stream("r")
+        let began6 = d.beginInline(stream: true, lane: 0, isWrite: true)
+        #expect(!began6)
+        let began7 = d.beginInline(stream: false, lane: 0, isWrite: false)
+        #expect(began7)
+        d.finish(r)
+        // The last channel closes while the inline read runs: the cleanup waits for it.
+        d.note((FDEntryReadyEmpty.none, d.scheduler.channelClosed("cleanup")))
+        #expect(d.cleanups == [])
+        d.note(d.scheduler.endInline(stream: false, lane: 0, isWrite: false, host: d.host))
+        #expect(d.cleanups == ["cleanup"])
+        // Finished: nothing begins any more.
+        let began8 = d.beginInline(stream: false, lane: 0, isWrite: false)
+        #expect(!began8)
     }
 
     @Test("a barrier on an idle entry starts at once; two barriers run one after the other")

@@ -30,6 +30,12 @@ enum NaturalBench {
         var reads = 200_000
         var records = 65_536
         var paths = 10_000
+        /// fio's t/io_uring (scripts/build-t-io_uring), the read-await row's
+        /// io_uring peer; not run where it is not built.
+        var tIoUring: String? = {
+            let path = getenv("T_IO_URING").map { String(cString: $0) } ?? "/tmp/fio-src/t/io_uring"
+            return access(path, X_OK) == 0 ? path : nil
+        }()
     }
 
     static func main(_ args: [String]) -> Never {
@@ -45,6 +51,7 @@ enum NaturalBench {
             case "--reads": s.reads = Int(it.next() ?? "") ?? s.reads
             case "--records": s.records = Int(it.next() ?? "") ?? s.records
             case "--paths": s.paths = Int(it.next() ?? "") ?? s.paths
+            case "--t-io-uring": s.tIoUring = it.next()
             default:
                 print("usage: throughput natural [--size-mib N] [--busy N] [--rounds N] [--dir D] [--only a,b]")
                 exit(2)
@@ -89,6 +96,9 @@ enum NaturalBench {
             if wants(s, "read-await") {
                 results.add("read-await/ringio (reads/s)", try readAwait(source, size: size, reads: s.reads))
                 results.add("read-await/pread (reads/s)", preadLoop(source, size: size, reads: s.reads))
+                if let tool = s.tIoUring {
+                    results.add("read-await/t-io_uring QD1 (reads/s)", try tIoUring(tool, source))
+                }
             }
             if wants(s, "read-handler") {
                 results.add("read-handler/ringio (reads/s)", try readHandler(source, size: size, reads: s.reads))
@@ -242,6 +252,22 @@ enum NaturalBench {
         let rate = Double(reads) / seconds(since: start)
         channel.close()
         return rate
+    }
+
+    /// fio's t/io_uring, buffered, one read at a time (`-O0 -p0 -d1 -s1 -c1`,
+    /// registered file and buffer, random 4 KiB), 3 s: its median per-second IOPS.
+    static func tIoUring(_ tool: String, _ path: String) throws -> Double {
+        let result = try spawn([tool, "-O0", "-p0", "-d1", "-s1", "-c1", "-b4096", "-R1", "-r3", path], timeout: 30)
+        let rates = result.output.split(separator: "\n").compactMap { line -> Double? in
+            guard line.hasPrefix("IOPS="), let end = line.firstIndex(of: ",") else { return nil }
+            var text = line[line.index(line.startIndex, offsetBy: 5)..<end]
+            var scale = 1.0
+            if text.hasSuffix("K") { scale = 1e3; text = text.dropLast() }
+            if text.hasSuffix("M") { scale = 1e6; text = text.dropLast() }
+            return Double(text).map { $0 * scale }
+        }
+        guard !rates.isEmpty else { throw BenchError("t/io_uring printed no rate: \(result.output.prefix(300))") }
+        return rates.sorted()[rates.count / 2]
     }
 
     // MARK: - append logs

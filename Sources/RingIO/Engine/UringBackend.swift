@@ -172,11 +172,15 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     private static func setUp(entries: UInt32, spinNanoseconds: UInt64, registerBuffers: Bool,
                               fileSlots: Int, oldKernel: Bool) -> Result<UringBackend, Errno> {
         let ring = UnsafeMutablePointer<io_uring>.allocate(capacity: 1)
-        let attempts: [(UInt32, String)] = [
+        var attempts: [(UInt32, String)] = [
             (cliburing_setup_single_issuer() | cliburing_setup_defer_taskrun(), "SINGLE_ISSUER|DEFER_TASKRUN"),
             (cliburing_setup_coop_taskrun(), "COOP_TASKRUN"),
             (0, "plain"),
         ]
+        // For measuring the setups against each other (Benchmarks, item 2 of
+        // issue 26): RINGIO_RING_SETUP=coop or plain starts from that one.
+        let tuning = RingTuning.fromEnvironment
+        attempts.removeFirst(tuning.skipSetups)
         var lastError: Int32 = ENOSYS
         for (flags, name) in attempts {
             var params = io_uring_params()
@@ -191,7 +195,12 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                     return .failure(error)
                 }
                 let tables = RingTables(ring: ring, buffers: registerBuffers, files: fileSlots)
-                return .success(UringBackend(ring: ring, eventFD: efd, description: name,
+                // The ring's fd in the task's registered-ring table: each
+                // io_uring_enter then skips the fd lookup (fdget/fdput), as
+                // fio and t/io_uring do. Only the ring thread enters this ring.
+                var description = name
+                if tuning.registerRingFD && io_uring_register_ring_fd(ring) == 1 { description += ", registered ring fd" }
+                return .success(UringBackend(ring: ring, eventFD: efd, description: description,
                                              spinNanoseconds: spinNanoseconds, tables: tables,
                                              oldKernel: oldKernel))
             }
@@ -526,5 +535,23 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         }
         request.engineState = .done
         request.complete(res)
+    }
+}
+
+/// The ring setup asked for in the environment, for benchmarks:
+/// `RINGIO_RING_SETUP` (`coop`: start from COOP_TASKRUN; `plain`: no flags)
+/// and `RINGIO_RING_FD=0` (leave the ring's fd unregistered). Unset: the
+/// best setup the kernel takes, with the ring's fd registered.
+struct RingTuning {
+    var skipSetups = 0
+    var registerRingFD = true
+
+    static var fromEnvironment: RingTuning {
+        var tuning = RingTuning()
+        if let value = getenv("RINGIO_RING_SETUP").map({ String(cString: $0) }) {
+            tuning.skipSetups = value == "coop" ? 1 : value == "plain" ? 2 : 0
+        }
+        if let value = getenv("RINGIO_RING_FD"), String(cString: value) == "0" { tuning.registerRingFD = false }
+        return tuning
     }
 }

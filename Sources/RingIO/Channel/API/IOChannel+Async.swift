@@ -98,15 +98,34 @@ extension IOChannel {
     /// (random channels; stream channels read at the file position) and
     /// returns them; fewer at the end of the file.
     ///
-    /// The task resumes straight from the completion of the last request,
-    /// without a hop through a queue. Cancelling the task cancels the read
-    /// in the kernel (a read blocked on an empty pipe ends at once) and
-    /// throws `Errno.canceled`; the bytes read until then are dropped.
+    /// Cached bytes of a regular file (up to 256 KiB, nothing queued ahead
+    /// of the read on its descriptor) are read on the calling thread, and
+    /// the call returns without suspending. Otherwise the task resumes
+    /// straight from the completion of the last request, without a hop
+    /// through a queue. Cancelling the task cancels the read in the kernel
+    /// (a read blocked on an empty pipe ends at once) and throws
+    /// `Errno.canceled`; the bytes read until then are dropped. A task
+    /// cancelled before the call reads nothing.
     ///
     /// - Throws: the read's error (`EBADF`, `EISDIR`, `ECANCELED` after
     ///   `close` or cancellation, ...).
     public func read(offset: Int64 = 0, length: Int) async throws(Errno) -> DataChunk {
+        // Cancelled already: nothing is read.
+        if Task.isCancelled { throw .canceled }
+        // Cached bytes of a regular file, nothing ahead of it on the fd: read
+        // here, before any suspension (no continuation, no hop).
+        switch core.readNow(offset: offset, length: length) {
+        case .read(let chunk): return chunk
+        case .submit(let skipInlineTry): return try await submitRead(offset: offset, length: length,
+                                                                    skipInlineTry: skipInlineTry)
+        }
+    }
+
+    /// `read`, as an operation of the channel, awaited.
+    private func submitRead(offset: Int64, length: Int, skipInlineTry: Bool) async throws(Errno) -> DataChunk {
         let core = self.core
+        var options = OperationOptions(inline: true)
+        options.skipInlineTry = skipInlineTry
         let awaited = AwaitedOperation<DataChunk>()
         let result = await withTaskCancellationHandler {
             // Unsafe (unchecked) continuation: the operation calls its handler
@@ -119,8 +138,7 @@ extension IOChannel {
                 // read (the ring thread, usually), with no queue hop; the
                 // resumed task then runs on its executor (see ThreadsAndExecutors).
                 let operation = core.submit(direction: .read, offset: offset, length: Swift.max(length, 0),
-                                            data: .empty, queue: core.queue,
-                                            options: OperationOptions(inline: true)) { done, data, error in
+                                            data: .empty, queue: core.queue, options: options) { done, data, error in
                     if let data, !data.isEmpty {
                         awaited.collected = awaited.collected.isEmpty ? data : awaited.collected.concat(data)
                     }
@@ -147,11 +165,29 @@ extension IOChannel {
     /// Writes `data` at `offset` (random channels; stream channels write at
     /// the file position) and returns once all of it is written.
     ///
+    /// A write of up to 64 KiB to a regular file, with nothing queued ahead
+    /// of it on its descriptor, is a plain `write(2)` on the calling thread
+    /// (as `FileHandle`'s is): it returns without suspending, and may block
+    /// the thread for milliseconds while the kernel throttles dirty pages.
+    /// Queue writes with a handler to keep them off the caller's thread.
+    ///
     /// Cancelling the task cancels the write in the kernel and throws
-    /// `Errno.canceled`; some bytes may have been written by then.
+    /// `Errno.canceled`; some bytes may have been written by then. A task
+    /// cancelled before the call writes nothing.
     ///
     /// - Throws: the write's error (`EBADF`, `ENOSPC`, `EPIPE`, ...).
     public func write(offset: Int64 = 0, data: DataChunk) async throws(Errno) {
+        // Cancelled already: nothing is written.
+        if Task.isCancelled { throw .canceled }
+        // A small write to a regular file, nothing ahead of it on the fd:
+        // written here, before any suspension (a plain `write(2)`, which may
+        // block while the kernel throttles dirty pages).
+        if let result = core.writeNow(offset: offset, data: data) { return try result.get() }
+        try await submitWrite(offset: offset, data: data)
+    }
+
+    /// `write`, as an operation of the channel, awaited.
+    private func submitWrite(offset: Int64, data: DataChunk) async throws(Errno) {
         let core = self.core
         let awaited = AwaitedOperation<Void>()
         let result = await withTaskCancellationHandler {

@@ -202,6 +202,20 @@ package final class ChannelCore: @unchecked Sendable {
         return operation
     }
 
+    /// An awaited operation to carry out on the caller's thread
+    /// (ChannelCore+Inline.swift): the open channel's entry, where `eligible`
+    /// allows, with the operation begun on it (`FDEntry.beginInline`), and
+    /// the random channel's base. `nil`: submit it as usual (a path not open
+    /// yet, a closed or failed channel, direct I/O asked for, something
+    /// queued ahead of it on the fd).
+    func beginInline(isWrite: Bool, _ eligible: (FDEntry) -> Bool) -> (entry: FDEntry, base: Int64)? {
+        lock.lock()
+        defer { lock.unlock() }
+        guard settings.directIO == .off, !lifecycle.isClosed, case .open(let entry, let base) = lifecycle.target,
+              eligible(entry), entry.beginInline(stream: kind == .stream, isWrite: isWrite) else { return nil }
+        return (entry, base)
+    }
+
     func barrier(_ work: @escaping @Sendable () -> Void) {
         lock.lock()
         switch lifecycle.barrier(work) {

@@ -118,6 +118,9 @@ final class FDEntry: @unchecked Sendable {
     /// all (for tests and benchmarks).
     let inlineReads = Atomic<Int>(0)
     let inlineFallbacks = Atomic<Int>(0)
+    /// Awaited reads and writes done on the caller's thread with no
+    /// operation at all (ChannelCore+Inline.swift; for tests).
+    let awaitedInline = Atomic<Int>(0)
 
     private let lock = PlainLock()
     // `@exclusivity(unchecked)`: read and written only under `lock`; the
@@ -261,6 +264,22 @@ final class FDEntry: @unchecked Sendable {
                 }
             }
         }
+    }
+
+    /// An awaited operation carried out on the caller's thread
+    /// (ChannelCore+Inline.swift): true when it may run now, nothing ahead
+    /// of it; it then holds back what is queued behind it until `endInline`.
+    func beginInline(stream: Bool, isWrite: Bool) -> Bool {
+        let lane = lane(isRead: !isWrite)
+        return lock.withLock { scheduler.beginInline(stream: stream, lane: lane, isWrite: isWrite) }
+    }
+
+    /// The inline operation `beginInline` admitted is over.
+    func endInline(stream: Bool, isWrite: Bool) {
+        let lane = lane(isRead: !isWrite)
+        let (ready, cleanup) = lock.withLock { scheduler.endInline(stream: stream, lane: lane, isWrite: isWrite, host: host) }
+        start(ready)
+        if let cleanup { runCleanups(cleanup) }
     }
 
     /// Withdraws `operation` if it has not started; false if it has.

@@ -58,6 +58,9 @@ package struct OperationOptions: Sendable {
     /// The most bytes in flight plus delivered and not yet handled (or
     /// released) before reading pauses.
     var bufferLimit = ChannelOperation.maxBufferedBytes
+    /// An awaited read whose try on the caller's thread found its first
+    /// page not cached: no second `preadv2(RWF_NOWAIT)` at its start.
+    var skipInlineTry = false
 
     package init(endAfterFirstBytes: Bool = false, inline: Bool = false, manualCredit: Bool = false,
                  bufferLimit: Int = ChannelOperation.maxBufferedBytes) {
@@ -291,7 +294,7 @@ package final class ChannelOperation: SchedulableOperation, IORequestTarget, @un
         if let interval = actions.interval {
             IntervalTicks.schedule(on: engine.timers, every: interval) { [weak self] in self?.tick() ?? false }
         }
-        if inlineFirst, direction == .read, let request = requests.one, let res = tryInline(request) {
+        if inlineFirst, direction == .read, !options.skipInlineTry, let request = requests.one, let res = tryInline(request) {
             // Done here: the completion as the engine would have given it
             // (a short read asks for the rest, which goes to the engine).
             run(actions.runner)

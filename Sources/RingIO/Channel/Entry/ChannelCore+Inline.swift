@@ -1,0 +1,130 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import SystemPackage
+import RingIOBase
+@_spi(Engine) import RingIOEngine
+import RingIOData
+
+// An awaited `read` or `write` of a regular file, carried out on the
+// caller's thread before any suspension: no operation, no continuation, no
+// hop. It runs only when it would start at once if queued (nothing ahead of
+// it on the fd: `EntryScheduler.beginInline`), and what is queued behind it
+// meanwhile (a barrier, the next stream operation) waits for it, so the
+// order and position rules are those of a queued operation.
+extension ChannelCore {
+    /// The largest awaited write done on the caller's thread. A buffered
+    /// `write(2)` cannot be tried without blocking on this kernel
+    /// (`pwritev2(RWF_NOWAIT)` of a buffered write fails with `EOPNOTSUPP` on
+    /// ext4 and tmpfs), so this is a plain write, as `FileHandle` does: 4 KiB
+    /// took 3.9 µs at the median here and 12.9 µs at p99, but 8 ms at
+    /// p99.9 and up to 42 ms when the kernel throttled dirty pages
+    /// (Benchmarks/results/natural-path.md). Small writes only: a large one
+    /// goes to the engine, several requests in flight.
+    static var maxInlineWrite: Int { 64 << 10 }
+
+    /// What an awaited read tried on the caller's thread came to.
+    enum InlineRead {
+        /// Done: the bytes (fewer at the end of the file).
+        case read(DataChunk)
+        /// Submit it as usual; `skipInlineTry`: its first page is not
+        /// cached, the operation need not ask again.
+        case submit(skipInlineTry: Bool)
+    }
+
+    /// An awaited read tried on this thread: the bytes, when the page cache
+    /// holds all of them (or they reach the end of the file); else it must
+    /// be submitted as usual (not a regular file, pages not cached, a file
+    /// system that refuses `RWF_NOWAIT`, any error, which the engine then
+    /// reports as it always did). A stream channel's position moves only
+    /// when the read is done here.
+    func readNow(offset: Int64, length: Int) -> InlineRead {
+        guard length > 0, length <= ChannelOperation.maxInlineRead else { return .submit(skipInlineTry: false) }
+        let stream = kind == .stream
+        guard stream || (offset >= 0 && offset <= Int64.max - Int64(length)) else { return .submit(skipInlineTry: false) }
+        #if DEBUG
+        // Faults are injected on the engine's way: tests that inject them
+        // must see every operation go there.
+        if engine.faults.hasRules { return .submit(skipInlineTry: false) }
+        #endif
+        // A stream read of an O_APPEND fd goes the usual way (its position
+        // rule is the engine's).
+        guard let (entry, base) = beginInline(isWrite: false, { $0.mayReadInline && !(stream && $0.appendMode) }) else {
+            return .submit(skipInlineTry: false)
+        }
+        defer { entry.endInline(stream: stream, isWrite: false) }
+        guard stream || base <= Int64.max - offset - Int64(length) else { return .submit(skipInlineTry: false) }
+        let start = stream ? -1 : base + offset
+        let buffer = ReadBuffer(capacity: length, pool: BufferPool.shared)
+        var total = 0
+        while total < length {
+            do {
+                let n = try Syscall.preadNowait(entry.fd,
+                                                into: UnsafeMutableRawBufferPointer(start: buffer.pointer + total,
+                                                                                    count: length - total),
+                                                at: stream ? -1 : start + Int64(total))
+                entry.learnNoWait(supported: true)
+                if n == 0 { break }  // the end of the file
+                total += n
+            } catch {
+                if error.rawValue == EOPNOTSUPP {
+                    entry.learnNoWait(supported: false)
+                } else if error == .resourceTemporarilyUnavailable {
+                    entry.learnNoWait(supported: true)
+                }
+                entry.inlineFallbacks.add(1, ordering: .relaxed)
+                // Not all cached: as if it had not been tried (a stream's
+                // position goes back), and the operation reads it all (the
+                // cached part inline again, in its turn: a barrier queued
+                // meanwhile may stand between the two parts).
+                if stream && total > 0 { _ = try? Syscall.lseek(entry.fd, -Int64(total), SEEK_CUR) }
+                return .submit(skipInlineTry: total == 0 && error == .resourceTemporarilyUnavailable)
+            }
+        }
+        entry.inlineReads.add(1, ordering: .relaxed)
+        entry.awaitedInline.add(1, ordering: .relaxed)
+        return .read(buffer.chunk(count: total))
+    }
+
+    /// An awaited write done on this thread (a `write(2)`, or `pwrite` on a
+    /// random channel, until every byte is written): `nil` when it must be
+    /// submitted as usual (not a regular file, larger than
+    /// `maxInlineWrite`, in more than one region, something ahead of it);
+    /// else the write's error, if any (the bytes before it are in the
+    /// file, and a stream channel's position follows them).
+    func writeNow(offset: Int64, data: DataChunk) -> Result<Void, Errno>? {
+        let length = data.count
+        guard length > 0, length <= Self.maxInlineWrite, data.regionCount == 1 else { return nil }
+        let stream = kind == .stream
+        guard stream || (offset >= 0 && offset <= Int64.max - Int64(length)) else { return nil }
+        #if DEBUG
+        if engine.faults.hasRules { return nil }
+        #endif
+        guard let (entry, base) = beginInline(isWrite: true, { $0.kind == .regular && $0.directAlignment == nil }) else {
+            return nil
+        }
+        defer { entry.endInline(stream: stream, isWrite: true) }
+        guard stream || base <= Int64.max - offset - Int64(length) else { return nil }
+        let start = base + offset
+        entry.awaitedInline.add(1, ordering: .relaxed)
+        return data.withUnsafeBytes { bytes -> Result<Void, Errno> in
+            var written = 0
+            while written < length {
+                let rest = UnsafeRawBufferPointer(rebasing: bytes[written...])
+                do throws(Errno) {
+                    let n = stream ? try Syscall.write(entry.fd, from: rest)
+                                   : try Syscall.pwrite(entry.fd, from: rest, at: start + Int64(written))
+                    // (A regular file's write of at least a byte writes one
+                    // or fails; zero would loop forever.)
+                    if n <= 0 { return .failure(.ioError) }
+                    written += n
+                } catch {
+                    return .failure(error)
+                }
+            }
+            return .success(())
+        }
+    }
+}
