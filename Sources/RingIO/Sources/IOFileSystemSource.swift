@@ -82,7 +82,54 @@ public final class IOFileSystemSource: IOSource, @unchecked Sendable {
     private let wanted: Event
     private let engine: IOEngine
     /// The size and link count last seen (for `.extend` and `.link`).
-    private let tracked = Locked<(size: Int64, links: Int)>((0, 0))
+    private let tracked = Locked(Tracked(size: 0, links: 0))
+
+    /// The size and link count last seen.
+    struct Tracked: Equatable {
+        var size: Int64
+        var links: Int
+    }
+
+    /// The events one inotify event stands for. `status` is the file's size
+    /// and link count read when the engine read the event (nil when not
+    /// read), which may be after later changes; `tracked` is what the
+    /// source saw before.
+    static func classify(_ mask: UInt32, status: (size: Int64, links: Int)?, tracked: inout Tracked) -> Event {
+        var event: Event = []
+        let m = Int32(bitPattern: mask)
+        if m & (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO) != 0 { event.insert(.write) }
+        if m & IN_MOVE_SELF != 0 { event.insert(.rename) }
+        if m & IN_DELETE_SELF != 0 { event.insert(.delete) }
+        if m & IN_UNMOUNT != 0 { event.insert(.revoke) }
+        if m & (IN_MODIFY | IN_ATTRIB) != 0, let status {
+            // Each kind of event compares, and moves on, only its own
+            // number: a write's event read after an unlink must not take
+            // the new link count (the unlink's own IN_ATTRIB would then see
+            // no change, and the delete would be lost), nor a metadata
+            // event read after an append take the new size (the append's
+            // IN_MODIFY would see no growth).
+            if m & IN_MODIFY != 0 {
+                event.insert(.write)
+                if status.size > tracked.size { event.insert(.extend) }
+                tracked.size = status.size
+            }
+            if m & IN_ATTRIB != 0 {
+                if status.links != tracked.links {
+                    event.insert(.link)
+                    if status.links == 0 { event.insert(.delete) }
+                } else {
+                    event.insert(.attrib)
+                }
+                tracked.links = status.links
+            }
+        } else if m & IN_MODIFY != 0 {
+            event.insert(.write)
+        } else if m & IN_ATTRIB != 0 {
+            event.insert(.attrib)
+        }
+        return event
+    }
+
     private let wd = Locked<Int32>(-1)
 
     /// Creates an inactive source on `fileDescriptor` (which stays the
@@ -110,7 +157,7 @@ public final class IOFileSystemSource: IOSource, @unchecked Sendable {
         } catch {
             return error
         }
-        tracked.withLock { $0 = (status.size, status.linkCount) }
+        tracked.withLock { $0 = Tracked(size: status.size, links: status.linkCount) }
         switch InotifyHub.of(engine).add(self, fileFD: fd) {
         case .failure(let error): return error
         case .success(let w):
@@ -129,34 +176,10 @@ public final class IOFileSystemSource: IOSource, @unchecked Sendable {
 
     /// The engine's thread: one inotify event of this file.
     func inotifyEvent(_ mask: UInt32) {
-        var event: Event = []
         let m = Int32(bitPattern: mask)
-        if m & (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO) != 0 { event.insert(.write) }
-        if m & IN_MOVE_SELF != 0 { event.insert(.rename) }
-        if m & IN_DELETE_SELF != 0 { event.insert(.delete) }
-        if m & IN_UNMOUNT != 0 { event.insert(.revoke) }
-        if m & (IN_MODIFY | IN_ATTRIB) != 0, let status = try? Syscall.fstat(fd) {
-            let (oldSize, oldLinks) = tracked.withLock { t -> (Int64, Int) in
-                defer { t = (status.size, status.linkCount) }
-                return t
-            }
-            if m & IN_MODIFY != 0 {
-                event.insert(.write)
-                if status.size > oldSize { event.insert(.extend) }
-            }
-            if m & IN_ATTRIB != 0 {
-                if status.linkCount != oldLinks {
-                    event.insert(.link)
-                    if status.linkCount == 0 { event.insert(.delete) }
-                } else {
-                    event.insert(.attrib)
-                }
-            }
-        } else if m & IN_MODIFY != 0 {
-            event.insert(.write)
-        } else if m & IN_ATTRIB != 0 {
-            event.insert(.attrib)
-        }
+        var status: (size: Int64, links: Int)?
+        if m & (IN_MODIFY | IN_ATTRIB) != 0, let s = try? Syscall.fstat(fd) { status = (s.size, s.linkCount) }
+        let event = tracked.withLock { Self.classify(mask, status: status, tracked: &$0) }
         let reported = event.intersection(wanted)
         if !reported.isEmpty { mergeEvent(reported.rawValue) }
     }
