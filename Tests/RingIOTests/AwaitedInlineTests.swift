@@ -136,7 +136,15 @@ struct AwaitedInlineTests {
         #expect(positionInBarrier(of: channel, fd) == 3000)
         // An inline operation under way (begun as `writeNow` begins it):
         // a barrier and a stream write queued meanwhile wait for its end.
-        let (entry, _) = try #require(channel.core.beginInline(isWrite: true) { _ in true })
+        // (The barrier above counts as running until its handler has
+        // returned, a moment after it signalled: until then nothing may go
+        // inline, so wait for that.)
+        var begun = channel.core.beginInline(isWrite: true) { _ in true }
+        for _ in 0..<500 where begun == nil {
+            milliseconds(10)
+            begun = channel.core.beginInline(isWrite: true) { _ in true }
+        }
+        let (entry, _) = try #require(begun, "the finished barrier still held the fd after 5 s")
         let barrierRan = Atomic<Bool>(false)
         let barrierDone = Latch()
         let queueBarrier = {  // (the handler form, not the awaited one)
