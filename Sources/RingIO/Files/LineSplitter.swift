@@ -29,17 +29,25 @@ package struct LineSplitter {
     private var carry: [UInt8] = []
     /// Lines handed out so far (for the error's message).
     package private(set) var lineCount = 0
-    /// Blocks of whole lines, each ending with `\n`; the first `blockIndex`
-    /// are used up.
-    private var blocks: [String] = []
+    /// Blocks of whole lines, each ending with `\n`, and whether each is all
+    /// ASCII; the first `blockIndex` are used up.
+    private var blocks: [(string: String, ascii: Bool)] = []
     private var blockIndex = 0
-    /// The block whose lines `next` is handing out, the UTF-8 bounds of its
+    /// The block whose lines `next` is handing out, the bounds of its
     /// lines (without their `\n` or `\r\n`, found with `memchr` when it is
     /// taken up), and the next line's index in them.
     private var block = ""
-    private var bounds: [(start: Int, end: Int)] = []
+    private var lines: [Range<String.Index>] = []
     private var position = 0
-    /// The UTF-8 offset up to which `bounds` have been found in `block`.
+    /// `block` is all ASCII: its UTF-8 offsets are UTF-16 offsets, and
+    /// `scan` makes its lines' indices through the UTF-16 view, which marks
+    /// them as on a scalar boundary, so that the `String`'s subscript in
+    /// `next` does not check each bound again (`scalarAlignSlow`, 14% of a
+    /// profile).
+    private var blockASCII = false
+    /// The line after `lines` passes the maximum.
+    private var tooLong = false
+    /// The UTF-8 offset up to which `lines` have been found in `block`.
     private var scanned = 0
     /// The last line, without a newline, once the input has ended.
     private var lastLine: String?
@@ -88,23 +96,22 @@ package struct LineSplitter {
     ///   lines before it have been handed out.
     @inline(__always)
     package mutating func next() throws(LineTooLong) -> Substring? {
-        while position == bounds.count {
+        while position == lines.count {
+            if tooLong { throw fail() }
             if scanned == block.utf8.count, !nextBlock() { return try last() }
             scan()
         }
-        let (start, end) = bounds[position]
-        if end - start > maximumLineLength { throw fail() }
+        let line = lines[position]
         position += 1
         lineCount += 1
-        let from = block.utf8.index(block.utf8.startIndex, offsetBy: start)
-        return block[from..<block.utf8.index(from, offsetBy: end - start)]
+        return block[line]
     }
 
     /// Takes up the next block, when there is one.
     private mutating func nextBlock() -> Bool {
         guard blockIndex < blocks.count else { return false }
-        block = blocks[blockIndex]
-        blocks[blockIndex] = ""  // the block is held once, by `block`
+        (block, blockASCII) = blocks[blockIndex]
+        blocks[blockIndex] = ("", true)  // the block is held once, by `block`
         blockIndex += 1
         scanned = 0
         return true
@@ -112,22 +119,49 @@ package struct LineSplitter {
 
     /// The bounds of the block's next lines, up to `scanLines` of them (a
     /// block of a million empty lines takes no more memory than one of a
-    /// thousand).
+    /// thousand), stopping before a line past the maximum.
     private mutating func scan() {
         position = 0
         var start = scanned
-        let block = self.block
+        let block = self.block, ascii = blockASCII, maximum = maximumLineLength
+        var tooLong = false
         // A fresh buffer per scan (one allocation per 4,096 lines), written
         // with no checks per line.
-        bounds = Array(unsafeUninitializedCapacity: Self.scanLines) { buffer, count in
+        lines = Array(unsafeUninitializedCapacity: Self.scanLines) { buffer, count in
+            // The index of `start`: through the UTF-16 view when the block
+            // is ASCII (scalar-aligned), then moved past each line's ending
+            // with `index(after:)`, which is inlined.
+            var from = ascii ? block.utf16.index(block.startIndex, offsetBy: start)
+                             : block.utf8.index(block.startIndex, offsetBy: start)
+            /// Adds the line `start..<end` (UTF-8 offsets) ending with `newline`
+            /// bytes, unless it is too long.
+            func add(_ start: Int, _ end: Int, newline: Int) -> Bool {
+                if end - start > maximum {
+                    tooLong = true
+                    return false
+                }
+                let lineStart = from, to: String.Index
+                if ascii {
+                    let utf16 = block.utf16
+                    to = utf16.index(from, offsetBy: end - start)
+                    from = utf16.index(after: to)
+                    if newline == 2 { from = utf16.index(after: from) }
+                } else {
+                    to = block.utf8.index(from, offsetBy: end - start)
+                    from = block.utf8.index(to, offsetBy: newline)
+                }
+                buffer.initializeElement(at: count, to: lineStart..<to)
+                count += 1
+                return true
+            }
             let contiguous: Void? = block.utf8.withContiguousStorageIfAvailable { utf8 in
                 let base = UnsafeRawPointer(utf8.baseAddress!)
                 // A block ends with "\n": every line of it ends at one.
                 while count < buffer.count, start < utf8.count,
                       let newline = memchr(base + start, 0x0A, utf8.count - start) {
                     let offset = UnsafeRawPointer(newline) - base
-                    buffer.initializeElement(at: count, to: (start, offset > start && utf8[offset - 1] == 0x0D ? offset - 1 : offset))
-                    count += 1
+                    let crlf = offset > start && utf8[offset - 1] == 0x0D
+                    guard add(start, crlf ? offset - 1 : offset, newline: crlf ? 2 : 1) else { break }
                     start = offset + 1
                 }
             }
@@ -135,13 +169,14 @@ package struct LineSplitter {
                 // Never the case here (every block is a native string), but correct.
                 let utf8 = Array(block.utf8)
                 while count < buffer.count, start < utf8.count, let offset = utf8[start...].firstIndex(of: 0x0A) {
-                    buffer.initializeElement(at: count, to: (start, offset > start && utf8[offset - 1] == 0x0D ? offset - 1 : offset))
-                    count += 1
+                    let crlf = offset > start && utf8[offset - 1] == 0x0D
+                    guard add(start, crlf ? offset - 1 : offset, newline: crlf ? 2 : 1) else { break }
                     start = offset + 1
                 }
             }
         }
-        scanned = bounds.isEmpty ? block.utf8.count : start
+        self.tooLong = tooLong
+        scanned = lines.isEmpty && !tooLong ? block.utf8.count : start
     }
 
     /// The most line bounds `scan` finds at once.
@@ -158,7 +193,7 @@ package struct LineSplitter {
 
     /// The failure for the next line; nothing is kept after it.
     private mutating func fail() -> LineTooLong {
-        (carry, blocks, blockIndex, block, bounds, position, scanned, lastLine, overflowed) = ([], [], 0, "", [], 0, 0, nil, false)
+        (carry, blocks, blockIndex, block, blockASCII, lines, position, tooLong, scanned, lastLine, overflowed) = ([], [], 0, "", false, [], 0, false, 0, nil, false)
         return LineTooLong(line: lineCount + 1)
     }
 
@@ -177,13 +212,39 @@ package struct LineSplitter {
             return
         }
         let end = UnsafeRawPointer(lastNewline) - base + 1
-        if carry.isEmpty {
-            blocks.append(String(decoding: UnsafeRawBufferPointer(rebasing: bytes[..<end]), as: UTF8.self))
-        } else {
-            carry.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[..<end]))
-            blocks.append(String(decoding: carry, as: UTF8.self))
-            carry.removeAll(keepingCapacity: carry.capacity <= 64 << 10)
+        // One copy: the carry and the region's bytes up to its last newline
+        // straight into the block's storage (which repairs bytes that are
+        // not UTF-8), checked for ASCII on the way.
+        var ascii = false
+        let block = String(unsafeUninitializedCapacity: carry.count + end) { buffer in
+            let storage = UnsafeMutableRawBufferPointer(buffer)
+            carry.withUnsafeBytes { storage.copyMemory(from: $0) }
+            UnsafeMutableRawBufferPointer(rebasing: storage[carry.count...])
+                .copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[..<end]))
+            ascii = Self.isASCII(UnsafeRawBufferPointer(storage))
+            return storage.count
         }
+        blocks.append((block, ascii))
+        carry.removeAll(keepingCapacity: carry.capacity <= 64 << 10)
         if end < bytes.count { carry.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[end...])) }
+    }
+
+    /// Whether every byte of `bytes` is below 0x80, eight at a time.
+    package static func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard let base = bytes.baseAddress else { return true }
+        var high: UInt64 = 0
+        var offset = 0
+        while offset + 32 <= bytes.count {
+            high |= base.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+                | base.loadUnaligned(fromByteOffset: offset + 8, as: UInt64.self)
+                | base.loadUnaligned(fromByteOffset: offset + 16, as: UInt64.self)
+                | base.loadUnaligned(fromByteOffset: offset + 24, as: UInt64.self)
+            offset += 32
+        }
+        while offset < bytes.count {
+            high |= UInt64(base.load(fromByteOffset: offset, as: UInt8.self))
+            offset += 1
+        }
+        return high & 0x8080_8080_8080_8080 == 0
     }
 }
