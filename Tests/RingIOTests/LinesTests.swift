@@ -131,6 +131,19 @@ struct LinesTests {
         #expect(try await empty.next() == nil)
     }
 
+    @Test("a multi-byte character and an invalid byte across the 256 KiB read boundary; a \\r\\n line of them", arguments: allBackends)
+    func charactersAcrossReads(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let read = 256 << 10  // the size of each read of a regular file
+        // "😀" starts 2 bytes before the boundary; then an 0xFF, "é" and "\r\n".
+        let first = Array(repeating: UInt8(ascii: "a"), count: read - 2)
+        let bytes = first + Array("😀".utf8) + [0xFF] + Array("é\r\nnext é\n".utf8)
+        try writeFile(dir.file("split"), bytes)
+        let expected = [String(repeating: "a", count: read - 2) + "😀\u{FFFD}é", "next é"]
+        #expect(try await lines(dir.file("split"), engine: engine) == expected)
+    }
+
     @Test("IOChannel.lines(): a channel's lines; the channel stays open", arguments: allBackends)
     func channelLines(backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)

@@ -110,4 +110,46 @@ struct LineSplitterTests {
             _ = try run([DataChunk(line + [13])], maximum: 10)
         }
     }
+
+    @Test("10,000 lines of non-ASCII and invalid bytes, \\n and \\r\\n, over more than one scan: each line as String(decoding:as:) gives it")
+    func nonASCIIAcrossScans() throws {
+        let pieces: [[UInt8]] = [Array("é".utf8), Array("😀".utf8), [0xFF], [0xC3], Array("plain".utf8), [], Array("\r".utf8)]
+        var text: [UInt8] = []
+        var expected: [String] = []
+        for i in 0..<10_000 {
+            var line = Array("\(i)".utf8)
+            for j in 0..<(i % 5) { line += pieces[(i + j) % pieces.count] }
+            if line.last == 0x0D { line.append(UInt8(ascii: "x")) }  // a "\r" last would join the "\r\n"
+            expected.append(String(decoding: line, as: UTF8.self))
+            text += line + (i % 3 == 0 ? [13, 10] : [10])
+        }
+        #expect(try run([DataChunk(text)]) == expected)
+        #expect(try run([DataChunk(text[..<33_333]), DataChunk(text[33_333...])]) == expected)
+        // Cut inside a multi-byte character: its bytes join again in the carry.
+        let cut = text.firstIndex(of: 0xF0)! + 2
+        #expect(try run([DataChunk(text[..<cut]), DataChunk(text[cut...])]) == expected)
+    }
+
+    @Test("a line past the maximum right after a scan's last line, and inside a later scan: the lines before it, then the failure")
+    func maximumAtScanBoundary() throws {
+        let long = Array(repeating: UInt8(ascii: "z"), count: 11)
+        for before in [LineSplitter.scanLines - 1, LineSplitter.scanLines, LineSplitter.scanLines + 1, 2 * LineSplitter.scanLines + 7] {
+            var splitter = LineSplitter(maximumLineLength: 10)
+            var text: [UInt8] = []
+            for i in 0..<before { text += Array("l\(i % 10)".utf8) + (i % 2 == 0 ? [13, 10] : [10]) }
+            splitter.append(DataChunk(text + long + [13, 10] + Array("after\n".utf8)))
+            var count = 0
+            do throws(LineSplitter.LineTooLong) {
+                while let line = try splitter.next() {
+                    #expect(line == "l\(count % 10)")
+                    count += 1
+                }
+                Issue.record("no failure after \(count) lines")
+            } catch {
+                #expect(error == LineSplitter.LineTooLong(line: before + 1))
+            }
+            #expect(count == before)
+            #expect(try splitter.next() == nil)
+        }
+    }
 }

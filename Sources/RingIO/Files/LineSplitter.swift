@@ -29,9 +29,9 @@ package struct LineSplitter {
     private var carry: [UInt8] = []
     /// Lines handed out so far (for the error's message).
     package private(set) var lineCount = 0
-    /// Blocks of whole lines, each ending with `\n`, and whether each is all
-    /// ASCII; the first `blockIndex` are used up.
-    private var blocks: [(string: String, ascii: Bool)] = []
+    /// Blocks of whole lines, each ending with `\n`; the first `blockIndex`
+    /// are used up.
+    private var blocks: [String] = []
     private var blockIndex = 0
     /// The block whose lines `next` is handing out, the bounds of its
     /// lines (without their `\n` or `\r\n`, found with `memchr` when it is
@@ -39,12 +39,8 @@ package struct LineSplitter {
     private var block = ""
     private var lines: [Range<String.Index>] = []
     private var position = 0
-    /// `block` is all ASCII: its UTF-8 offsets are UTF-16 offsets, and
-    /// `scan` makes its lines' indices through the UTF-16 view, which marks
-    /// them as on a scalar boundary, so that the `String`'s subscript in
-    /// `next` does not check each bound again (`scalarAlignSlow`, 14% of a
-    /// profile).
-    private var blockASCII = false
+    /// The index in `block` of the first line `scan` has not found.
+    private var nextStart = "".startIndex
     /// The line after `lines` passes the maximum.
     private var tooLong = false
     /// The UTF-8 offset up to which `lines` have been found in `block`.
@@ -110,8 +106,9 @@ package struct LineSplitter {
     /// Takes up the next block, when there is one.
     private mutating func nextBlock() -> Bool {
         guard blockIndex < blocks.count else { return false }
-        (block, blockASCII) = blocks[blockIndex]
-        blocks[blockIndex] = ("", true)  // the block is held once, by `block`
+        block = blocks[blockIndex]
+        blocks[blockIndex] = ""  // the block is held once, by `block`
+        nextStart = block.startIndex
         blockIndex += 1
         scanned = 0
         return true
@@ -123,35 +120,31 @@ package struct LineSplitter {
     private mutating func scan() {
         position = 0
         var start = scanned
-        let block = self.block, ascii = blockASCII, maximum = maximumLineLength
+        let block = self.block, maximum = maximumLineLength
+        let utf8 = block.utf8, utf16 = block.utf16
+        var from = nextStart
         var tooLong = false
         // A fresh buffer per scan (one allocation per 4,096 lines), written
         // with no checks per line.
         lines = Array(unsafeUninitializedCapacity: Self.scanLines) { buffer, count in
-            // The index of `start`: through the UTF-16 view when the block
-            // is ASCII (scalar-aligned), then moved past each line's ending
-            // with `index(after:)`, which is inlined.
-            var from = ascii ? block.utf16.index(block.startIndex, offsetBy: start)
-                             : block.utf8.index(block.startIndex, offsetBy: start)
-            /// Adds the line `start..<end` (UTF-8 offsets) ending with `newline`
-            /// bytes, unless it is too long.
-            func add(_ start: Int, _ end: Int, newline: Int) -> Bool {
-                if end - start > maximum {
+            /// Adds the line from `start` to the newline at `newline` (UTF-8
+            /// offsets), unless it is too long. Its bounds are made from the
+            /// newline's index with the UTF-16 view's `index(after:)` and
+            /// `index(before:)`, which are inlined and mark them as on a
+            /// scalar boundary (a newline and a `\r` are one-byte scalars),
+            /// so that the subscript in `next` does not check them again
+            /// (`scalarAlignSlow`, 14% of a profile before).
+            func add(_ start: Int, _ newline: Int, crlf: Bool) -> Bool {
+                if newline - (crlf ? 1 : 0) - start > maximum {
                     tooLong = true
                     return false
                 }
-                let lineStart = from, to: String.Index
-                if ascii {
-                    let utf16 = block.utf16
-                    to = utf16.index(from, offsetBy: end - start)
-                    from = utf16.index(after: to)
-                    if newline == 2 { from = utf16.index(after: from) }
-                } else {
-                    to = block.utf8.index(from, offsetBy: end - start)
-                    from = block.utf8.index(to, offsetBy: newline)
-                }
-                buffer.initializeElement(at: count, to: lineStart..<to)
+                let after = utf16.index(after: utf8.index(from, offsetBy: newline - start))
+                var to = utf16.index(before: after)
+                if crlf { to = utf16.index(before: to) }
+                buffer.initializeElement(at: count, to: from..<to)
                 count += 1
+                from = after
                 return true
             }
             let contiguous: Void? = block.utf8.withContiguousStorageIfAvailable { utf8 in
@@ -160,8 +153,7 @@ package struct LineSplitter {
                 while count < buffer.count, start < utf8.count,
                       let newline = memchr(base + start, 0x0A, utf8.count - start) {
                     let offset = UnsafeRawPointer(newline) - base
-                    let crlf = offset > start && utf8[offset - 1] == 0x0D
-                    guard add(start, crlf ? offset - 1 : offset, newline: crlf ? 2 : 1) else { break }
+                    guard add(start, offset, crlf: offset > start && utf8[offset - 1] == 0x0D) else { break }
                     start = offset + 1
                 }
             }
@@ -169,13 +161,13 @@ package struct LineSplitter {
                 // Never the case here (every block is a native string), but correct.
                 let utf8 = Array(block.utf8)
                 while count < buffer.count, start < utf8.count, let offset = utf8[start...].firstIndex(of: 0x0A) {
-                    let crlf = offset > start && utf8[offset - 1] == 0x0D
-                    guard add(start, crlf ? offset - 1 : offset, newline: crlf ? 2 : 1) else { break }
+                    guard add(start, offset, crlf: offset > start && utf8[offset - 1] == 0x0D) else { break }
                     start = offset + 1
                 }
             }
         }
         self.tooLong = tooLong
+        nextStart = from
         scanned = lines.isEmpty && !tooLong ? block.utf8.count : start
     }
 
@@ -193,7 +185,7 @@ package struct LineSplitter {
 
     /// The failure for the next line; nothing is kept after it.
     private mutating func fail() -> LineTooLong {
-        (carry, blocks, blockIndex, block, blockASCII, lines, position, tooLong, scanned, lastLine, overflowed) = ([], [], 0, "", false, [], 0, false, 0, nil, false)
+        (carry, blocks, blockIndex, block, lines, position, tooLong, scanned, lastLine, overflowed) = ([], [], 0, "", [], 0, false, 0, nil, false)
         return LineTooLong(line: lineCount + 1)
     }
 
@@ -214,37 +206,15 @@ package struct LineSplitter {
         let end = UnsafeRawPointer(lastNewline) - base + 1
         // One copy: the carry and the region's bytes up to its last newline
         // straight into the block's storage (which repairs bytes that are
-        // not UTF-8), checked for ASCII on the way.
-        var ascii = false
-        let block = String(unsafeUninitializedCapacity: carry.count + end) { buffer in
+        // not UTF-8).
+        blocks.append(String(unsafeUninitializedCapacity: carry.count + end) { buffer in
             let storage = UnsafeMutableRawBufferPointer(buffer)
             carry.withUnsafeBytes { storage.copyMemory(from: $0) }
             UnsafeMutableRawBufferPointer(rebasing: storage[carry.count...])
                 .copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[..<end]))
-            ascii = Self.isASCII(UnsafeRawBufferPointer(storage))
             return storage.count
-        }
-        blocks.append((block, ascii))
+        })
         carry.removeAll(keepingCapacity: carry.capacity <= 64 << 10)
         if end < bytes.count { carry.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[end...])) }
-    }
-
-    /// Whether every byte of `bytes` is below 0x80, eight at a time.
-    package static func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        guard let base = bytes.baseAddress else { return true }
-        var high: UInt64 = 0
-        var offset = 0
-        while offset + 32 <= bytes.count {
-            high |= base.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
-                | base.loadUnaligned(fromByteOffset: offset + 8, as: UInt64.self)
-                | base.loadUnaligned(fromByteOffset: offset + 16, as: UInt64.self)
-                | base.loadUnaligned(fromByteOffset: offset + 24, as: UInt64.self)
-            offset += 32
-        }
-        while offset < bytes.count {
-            high |= UInt64(base.load(fromByteOffset: offset, as: UInt8.self))
-            offset += 1
-        }
-        return high & 0x8080_8080_8080_8080 == 0
     }
 }
