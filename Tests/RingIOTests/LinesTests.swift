@@ -5,6 +5,7 @@ import SystemPackage
 import Testing
 import RingIOTestSupport
 @_spi(Engine) import RingIO
+@testable import RingIOEngine
 
 /// `IO.lines(at:)` and `IOChannel.lines()` on real files, both backends.
 @Suite("Lines")
@@ -129,6 +130,34 @@ struct LinesTests {
             #expect(error.operation == .openForReading)
         }
         #expect(try await empty.next() == nil)
+    }
+
+    @Test("reads the engine's way (a fault rule in place: nothing read on the calling thread): the same lines; a failed read ends them with its errno", arguments: allBackends)
+    func readsThroughTheEngine(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        var text = ""
+        var expected: [String] = []
+        for i in 0..<50_000 {
+            let line = "line \(i) é"
+            expected.append(line)
+            text += line + (i % 2 == 0 ? "\r\n" : "\n")
+        }
+        Tree.touch(dir.file("text"), text)  // about 3 reads of 256 KiB
+        // Three reads of one byte, then whole ones.
+        engine.faults.add(.init(target: .reads, fault: .shorten, times: 3))
+        #expect(try await lines(dir.file("text"), engine: engine) == expected)
+        // The second read fails: the lines of the first, then its error.
+        engine.faults.add(.init(target: .reads, fault: .fail(EIO), skip: 1, times: 1))
+        var seen = 0
+        do {
+            for try await _ in IO.lines(at: FilePath(dir.file("text")), engine: engine) { seen += 1 }
+            Issue.record("no error")
+        } catch {
+            #expect(error.errno == .ioError)
+            #expect(error.operation == .read)
+        }
+        #expect(seen > 0 && seen < expected.count)
     }
 
     @Test("a multi-byte character and an invalid byte across the 256 KiB read boundary; a \\r\\n line of them", arguments: allBackends)

@@ -152,4 +152,80 @@ struct LineSplitterTests {
             #expect(try splitter.next() == nil)
         }
     }
+
+    /// The lines of `text` read with `appendReading`, `piece` bytes a read
+    /// (every other read through `append` when `mixed`).
+    func runReading(_ text: [UInt8], piece: Int, maximum: Int = 1 << 20, mixed: Bool = false) throws(LineSplitter.LineTooLong) -> [String] {
+        var splitter = LineSplitter(maximumLineLength: maximum)
+        var lines: [String] = []
+        var offset = 0, reads = 0
+        while true {
+            let end = Swift.min(offset + piece, text.count)
+            reads += 1
+            if mixed && reads % 2 == 0 {
+                if offset == text.count { break }
+                splitter.append(DataChunk(text[offset..<end]))
+                offset = end
+            } else {
+                let read = splitter.appendReading(upTo: piece) { buffer in
+                    #expect(buffer.count == piece)
+                    let count = end - offset
+                    text.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[offset..<end])) }
+                    return count
+                }
+                guard let read else { break }  // past a line too long: the lines say so
+                offset += read
+                if read == 0 { break }
+            }
+            while let line = try splitter.next() { lines.append(String(line)) }
+        }
+        splitter.finish()
+        while let line = try splitter.next() { lines.append(String(line)) }
+        return lines
+    }
+
+    @Test("appendReading: the text read into the blocks' storage in pieces of every size, alone and between appends, gives the same lines")
+    func readingIntoBlocks() throws {
+        let bytes = Self.text
+        for piece in 1...bytes.count + 1 {
+            #expect(try runReading(bytes, piece: piece) == Self.expected, "pieces of \(piece)")
+            #expect(try runReading(bytes, piece: piece, mixed: true) == Self.expected, "pieces of \(piece), mixed")
+        }
+        var many: [UInt8] = []
+        var expected: [String] = []
+        for i in 0..<10_000 {
+            let line = i % 11 == 0 ? "" : "é line \(i)"
+            expected.append(line)
+            many += Array(line.utf8) + (i % 4 == 0 ? [13, 10] : [10])
+        }
+        #expect(try runReading(many, piece: 256 << 10) == expected)
+        #expect(try runReading(many, piece: 4093, mixed: true) == expected)
+    }
+
+    @Test("appendReading: a read that cannot read now changes nothing; a line past the maximum fails as with append")
+    func readingFallbackAndMaximum() throws {
+        var splitter = LineSplitter(maximumLineLength: 10)
+        splitter.append(DataChunk("one\ntw".utf8))
+        #expect(splitter.appendReading(upTo: 64) { _ in nil } == nil)
+        #expect(splitter.appendReading(upTo: 64) { buffer in
+            Array("o\r".utf8).withUnsafeBytes { buffer.copyMemory(from: $0) }
+            return 2
+        } == 2)
+        splitter.append(DataChunk("\nthree".utf8))
+        #expect(try splitter.next() == "one")
+        #expect(try splitter.next() == "two")
+        #expect(try splitter.next() == nil)
+        #expect(splitter.appendReading(upTo: 64) { _ in 0 } == 0)
+        splitter.finish()
+        #expect(try splitter.next() == "three")
+        #expect(try splitter.next() == nil)
+        // No newline in 11 bytes read 4 at a time: the line is too long.
+        let long = Array(repeating: UInt8(ascii: "z"), count: 11)
+        #expect(throws: LineSplitter.LineTooLong(line: 2)) {
+            _ = try runReading(Array("ok\n".utf8) + long + [10], piece: 4, maximum: 10)
+        }
+        #expect(throws: LineSplitter.LineTooLong(line: 1)) {
+            _ = try runReading(long, piece: 11, maximum: 10)
+        }
+    }
 }

@@ -10,12 +10,15 @@ import RingIOData
 ///
 /// `append` searches each region of a chunk from its end for its last
 /// `\n` (`memrchr`); the bytes up to it (after the unfinished line carried
-/// from earlier regions) become one `String`, a *block* of whole lines,
-/// and the rest is carried. When `next` takes a block up, `memchr` finds
-/// its lines' bounds in the block's own UTF-8 storage, 4,096 at a time; each
-/// `next` then makes one `Substring` of the block. One copy and one
-/// allocation per region, none per line, no loop over bytes in Swift. Bytes that are not UTF-8 are repaired (U+FFFD) by
-/// the `String`, as `String(decoding:as:)` does.
+/// from earlier regions) are copied once into one `String`, a *block* of
+/// whole lines, and the rest is carried. When `next` takes a block up,
+/// `memchr` finds its lines in the block's own UTF-8 storage, 4,096 at a
+/// time, and makes their bounds as scalar-aligned indices; each `next` then
+/// makes one `Substring` of the block, which `String`'s subscript takes
+/// without checking its bounds again. One copy and one allocation per
+/// region, none per line, no loop over bytes in Swift. Bytes that are not
+/// UTF-8 are repaired (U+FFFD) by the `String`, as `String(decoding:as:)`
+/// does.
 ///
 /// ```
 ///  region:  … ab\ncd\r\nef\ngh          (carry: "xy")
@@ -189,18 +192,59 @@ package struct LineSplitter {
         return LineTooLong(line: lineCount + 1)
     }
 
+    /// Reads up to `capacity` bytes with `fill` straight into the storage
+    /// of a new block, after the carry: no copy of the lines read (the
+    /// bytes after the last newline are carried, as `append` does).
+    ///
+    /// - Parameter fill: reads into the buffer it is given and returns how
+    ///   many bytes it read (0 at the end of the input), or `nil` when it
+    ///   could not read now; then nothing has changed.
+    /// - Returns: what `fill` returned.
+    package mutating func appendReading(upTo capacity: Int,
+                                        _ fill: (UnsafeMutableRawBufferPointer) -> Int?) -> Int? {
+        guard !overflowed, capacity > 0 else { return nil }
+        if blockIndex == blocks.count {
+            blocks.removeAll(keepingCapacity: true)
+            blockIndex = 0
+        }
+        var result: Int?
+        let block = String(unsafeUninitializedCapacity: carry.count + capacity) { buffer in
+            let storage = UnsafeMutableRawBufferPointer(buffer)
+            let carried = carry.count
+            guard let count = fill(UnsafeMutableRawBufferPointer(rebasing: storage[carried..<(carried + capacity)])) else { return 0 }
+            result = count
+            guard count > 0 else { return 0 }
+            let bytes = UnsafeRawBufferPointer(rebasing: storage[carried..<(carried + count)])
+            guard let lastNewline = cliburing_memrchr(bytes.baseAddress!, 0x0A, count) else {
+                carryOn(bytes)
+                return 0
+            }
+            let end = UnsafeRawPointer(lastNewline) - bytes.baseAddress! + 1
+            carry.withUnsafeBytes { storage.copyMemory(from: $0) }
+            carry.removeAll(keepingCapacity: carry.capacity <= 64 << 10)
+            if end < count { carry.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[end...])) }
+            return carried + end
+        }
+        if !block.isEmpty { blocks.append(block) }
+        return result
+    }
+
+    /// No line ends in `bytes`: the carry grows, up to the maximum (and a
+    /// "\r" that may start the "\r\n" after it).
+    private mutating func carryOn(_ bytes: UnsafeRawBufferPointer) {
+        let count = carry.count + bytes.count
+        if count > maximumLineLength + 1 || (count > maximumLineLength && bytes[bytes.count - 1] != 0x0D) {
+            overflowed = true
+            carry = []
+            return
+        }
+        carry.append(contentsOf: bytes)
+    }
+
     private mutating func append(region bytes: UnsafeRawBufferPointer) {
         guard !overflowed, let base = bytes.baseAddress, bytes.count > 0 else { return }
         guard let lastNewline = cliburing_memrchr(base, 0x0A, bytes.count) else {
-            // No line ends here: the carry grows, up to the maximum (and a
-            // "\r" that may start the "\r\n" after it).
-            let count = carry.count + bytes.count
-            if count > maximumLineLength + 1 || (count > maximumLineLength && bytes[bytes.count - 1] != 0x0D) {
-                overflowed = true
-                carry = []
-                return
-            }
-            carry.append(contentsOf: bytes)
+            carryOn(bytes)
             return
         }
         let end = UnsafeRawPointer(lastNewline) - base + 1

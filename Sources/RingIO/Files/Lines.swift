@@ -16,10 +16,10 @@ extension IO {
     /// without a newline is a line; an empty file has none. Bytes that are
     /// not UTF-8 become U+FFFD, as with `String(decoding:as:)`. The file is
     /// read through a stream channel 256 KiB at a time (a regular file,
-    /// each read tried on the calling thread first) or as its reads
-    /// deliver (a pipe or FIFO), so its size does not matter; a line may
-    /// span reads. The lines of what was read are handed out without
-    /// suspending.
+    /// each read tried on the calling thread first, straight into the
+    /// storage its lines share) or as its reads deliver (a pipe or FIFO),
+    /// so its size does not matter; a line may span reads. The lines of
+    /// what was read are handed out without suspending.
     ///
     /// ```swift
     /// var count = 0
@@ -144,6 +144,25 @@ extension IO {
                         } catch {
                             ended = true  // one throw; then the sequence is over
                             throw error
+                        }
+                    }
+                    // A cached regular file: read on this thread straight
+                    // into the storage of the next block of lines (no copy).
+                    if case .reads(let offset) = reader!, !Task.isCancelled {
+                        let core = channel!.core
+                        let read = splitter.appendReading(upTo: Self.readSize) { buffer in
+                            guard case .read(let count) = core.readNow(offset: offset ?? 0, into: buffer) else { return nil }
+                            return count
+                        }
+                        if let read {
+                            if let offset { reader = .reads(offset: offset + Int64(read)) }
+                            if read == 0 {
+                                ended = true
+                                closer = nil
+                                splitter.finish()
+                            }
+                            if let line = try nextBuffered() { return line }
+                            continue
                         }
                     }
                     let chunk: DataChunk?

@@ -42,6 +42,42 @@ extension ChannelCore {
     /// when the read is done here.
     func readNow(offset: Int64, length: Int) -> InlineRead {
         guard length > 0, length <= ChannelOperation.maxInlineRead else { return .submit(skipInlineTry: false) }
+        var buffer: ReadBuffer?
+        let count = readNow(offset: offset, length: length) {
+            let made = ReadBuffer(capacity: length, pool: BufferPool.shared)
+            buffer = made
+            return made.pointer
+        }
+        switch count {
+        case .read(let total): return .read(buffer!.chunk(count: total))
+        case .submit(let skipInlineTry): return .submit(skipInlineTry: skipInlineTry)
+        }
+    }
+
+    /// What a read tried on this thread into the caller's memory came to.
+    package enum InlineReadInto {
+        /// Done: this many bytes (fewer at the end of the file).
+        case read(Int)
+        /// Nothing was read; submit it as usual (see `InlineRead.submit`).
+        case submit(skipInlineTry: Bool)
+    }
+
+    /// `readNow(offset:length:)` into `destination` (at most 256 KiB), with
+    /// the same rules: `.read` when the page cache held all of it (or it
+    /// reached the end of the file), else `.submit` and the bytes written
+    /// to `destination` mean nothing. For a reader that owns the memory the
+    /// bytes end in (`IO.lines` reads into its strings' storage).
+    package func readNow(offset: Int64, into destination: UnsafeMutableRawBufferPointer) -> InlineReadInto {
+        guard let base = destination.baseAddress, destination.count <= ChannelOperation.maxInlineRead else {
+            return .submit(skipInlineTry: false)
+        }
+        return readNow(offset: offset, length: destination.count) { base }
+    }
+
+    /// The read of `readNow`, into the memory `destination` gives (asked
+    /// for only once the read may run here).
+    private func readNow(offset: Int64, length: Int, _ destination: () -> UnsafeMutableRawPointer) -> InlineReadInto {
+        guard length > 0 else { return .submit(skipInlineTry: false) }
         let stream = kind == .stream
         guard stream || (offset >= 0 && offset <= Int64.max - Int64(length)) else { return .submit(skipInlineTry: false) }
         #if DEBUG
@@ -57,12 +93,12 @@ extension ChannelCore {
         defer { entry.endInline(stream: stream, isWrite: false) }
         guard stream || base <= Int64.max - offset - Int64(length) else { return .submit(skipInlineTry: false) }
         let start = stream ? -1 : base + offset
-        let buffer = ReadBuffer(capacity: length, pool: BufferPool.shared)
+        let buffer = destination()
         var total = 0
         while total < length {
             do {
                 let n = try Syscall.preadNowait(entry.fd,
-                                                into: UnsafeMutableRawBufferPointer(start: buffer.pointer + total,
+                                                into: UnsafeMutableRawBufferPointer(start: buffer + total,
                                                                                     count: length - total),
                                                 at: stream ? -1 : start + Int64(total))
                 entry.learnNoWait(supported: true)
@@ -85,7 +121,7 @@ extension ChannelCore {
         }
         entry.inlineReads.add(1, ordering: .relaxed)
         entry.awaitedInline.add(1, ordering: .relaxed)
-        return .read(buffer.chunk(count: total))
+        return .read(total)
     }
 
     /// An awaited write done on this thread (a `write(2)`, or `pwrite` on a
