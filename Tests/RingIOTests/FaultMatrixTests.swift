@@ -432,16 +432,21 @@ private func tooManyOpenFilesChild(useRing: Bool, _ checks: ChildChecks) throws 
     rl.rlim_cur = rlim_t(limit)
     checks.check(setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &rl) == 0, "setrlimit: \(errno)")
 
-    // 1,000 path channels kept open: the idle ones let go of their fds
-    // (PathDescriptors.swift), so none fails.
-    var channels: [(channel: IOChannel, cleanup: CleanupRecorder)] = []
-    for i in 0..<1000 {
+    /// A new path channel on `path` and its first read of 10 bytes, done.
+    func openAndRead(_ what: String) throws -> (IOChannel, CleanupRecorder, Recorder) {
         let cleanup = CleanupRecorder(queue: queue)
         let channel = try IOChannel(kind: .stream, path: FilePath(path), mode: .readOnly, queue: queue, engine: engine,
                                     cleanup: cleanup.handler)
         let r = Recorder(queue: queue)
         channel.read(length: 10, queue: queue, handler: r.handler)
-        checks.check(r.wait(), "channel \(i): the read hung")
+        checks.check(r.wait(), "\(what): the read hung")
+        return (channel, cleanup, r)
+    }
+    // 1,000 path channels kept open: the idle ones let go of their fds
+    // (PathDescriptors.swift), so none fails.
+    var channels: [(channel: IOChannel, cleanup: CleanupRecorder)] = []
+    for i in 0..<1000 {
+        let (channel, cleanup, r) = try openAndRead("channel \(i)")
         if r.bytes != Array(content[0..<10]) {
             checks.check(false, "channel \(i): \(r.shapes)")
             break
@@ -468,12 +473,7 @@ private func tooManyOpenFilesChild(useRing: Bool, _ checks: ChildChecks) throws 
         if d < 0 { break }
         fillers.append(d)
     }
-    let cleanup = CleanupRecorder(queue: queue)
-    let refused = try IOChannel(kind: .stream, path: FilePath(path), mode: .readOnly, queue: queue, engine: engine,
-                                cleanup: cleanup.handler)
-    let r = Recorder(queue: queue)
-    refused.read(length: 10, queue: queue, handler: r.handler)
-    checks.check(r.wait(), "the refused read hung")
+    let (refused, cleanup, r) = try openAndRead("with no fd free")
     checks.check(r.settledShapes() == [Shape(true, nil, .tooManyOpenFiles)], "with no fd free: \(r.shapes)")
     checks.check(cleanup.wait() && cleanup.error == .tooManyOpenFiles, "cleanup got \(cleanup.error.map { "\($0)" } ?? "nil")")
     refused.close()
