@@ -67,11 +67,11 @@ extension ChannelCore {
             switch result {
             case .success(let fileKind):
                 if let error = fileKind.unusable(for: kind) { return pathFailed(error) }
-                pathChecked(regular: fileKind == .regular)
+                pathChecked()
             case .failure(.noSuchFileOrDirectory) where spec.options.contains(.create):
                 Probe.statx(engine: engine, path: spec.path.removingLastComponent(), follow: true) { [self] parent in
                     switch parent {
-                    case .success(.directory): pathChecked(regular: false)
+                    case .success(.directory): pathChecked()
                     case .success: pathFailed(.notDirectory)
                     case .failure(let error): pathFailed(error)
                     }
@@ -82,29 +82,19 @@ extension ChannelCore {
         }
     }
 
-    private func pathChecked(regular: Bool) {
-        let open = lock.withLock { () -> Bool in
-            checkedRegular = regular
-            return lifecycle.pathChecked()
-        }
+    private func pathChecked() {
+        let open = lock.withLock { lifecycle.pathChecked() }
         if open { openPath() }
     }
 
     /// Opens the path (the first time, or again after the channel let go
     /// of its fd: then without `.truncate`, `.exclusive` or `.create`, the
-    /// same file or an error, at the stream position it had): on this
-    /// thread where that cannot block (`openWithoutBlocking`), else
-    /// through the engine.
+    /// same file or an error, at the stream position it had).
     func openPath() {
         guard let spec = pathSpec else { return }
-        let (reopen, identity, regular) = lock.withLock { (lifecycle.reopening, openedIdentity, checkedRegular) }
+        let (reopen, identity) = lock.withLock { (lifecycle.reopening, openedIdentity) }
         let permissions = spec.permissions?.rawValue ?? 0o666
         let flags = reopen == nil ? spec.openFlags : spec.reopenFlags
-        // (Only a regular file: even a non-blocking open of a FIFO is seen
-        // by its other end. A released channel's file was regular.)
-        if regular || reopen != nil, let (fd, fileKind, found) = openWithoutBlocking(spec.path, flags: flags) {
-            return fileOpened(fd, fileKind, found, reopen: reopen, identity: identity)
-        }
         Probe.open(engine: engine, path: spec.path, flags: flags, mode: UInt32(permissions)) { [self] result in
             switch result {
             case .failure(let error):
@@ -122,73 +112,29 @@ extension ChannelCore {
                     Syscall.closeIgnoringErrors(fd)
                     pathFailed(error)
                 case .success(let (fileKind, found)):
-                    fileOpened(fd, fileKind, found, reopen: reopen, identity: identity)
+                    // The file may have changed since the check.
+                    if let error = fileKind.unusable(for: kind) {
+                        Syscall.closeIgnoringErrors(fd)
+                        return pathFailed(error)
+                    }
+                    if let reopen {
+                        // Renamed or replaced since: never another file.
+                        if found != identity {
+                            Syscall.closeIgnoringErrors(fd)
+                            return pathFailed(.staleNFSFileHandle,
+                                              detail: "the path names another file than the one this channel opened")
+                        }
+                        if let position = reopen {
+                            do throws(Errno) { try Syscall.lseek(fd, position, SEEK_SET) } catch {
+                                Syscall.closeIgnoringErrors(fd)
+                                return pathFailed(error)
+                            }
+                        }
+                    }
+                    pathOpened(FDEntry.owning(fd: fd, kind: fileKind, identity: found), identity: found)
                 }
             }
         }
-    }
-
-    /// Whether `openWithoutBlocking` may try `openat2(RESOLVE_CACHED)`:
-    /// false once the kernel said it has none.
-    private static let cachedOpenWorks = Atomic<Bool>(true)
-
-    /// The file opened on this thread when that cannot block: every
-    /// component of the path in the dentry cache (`RESOLVE_CACHED`; the
-    /// kernel refuses it with `O_CREAT` or `O_TRUNC`, which then go through
-    /// the engine), and a regular file (the caller asks only for a path
-    /// that was one; opened `O_NONBLOCK` all the same, so that a FIFO put
-    /// there since does not wait here for its other end; the flag is
-    /// cleared again). What the open and `fstat` cost is that of the
-    /// engine's `openat`, without the round trip. `nil`: open it through
-    /// the engine, which also reports every error.
-    private func openWithoutBlocking(_ path: FilePath, flags: Int32) -> (Int32, FileKind, FileIdentity)? {
-        guard Self.cachedOpenWorks.load(ordering: .relaxed), flags & (O_CREAT | O_TRUNC) == 0 else { return nil }
-        #if DEBUG
-        // Faults are injected on the engine's way: tests that inject them
-        // must see every open go there.
-        if engine.faults.hasRules { return nil }
-        #endif
-        let fd: Int32
-        do throws(Errno) { fd = try Syscall.openCached(path, flags: flags | O_NONBLOCK) } catch {
-            if error == .noFunction || error == .invalidArgument || error == .notPermitted {
-                Self.cachedOpenWorks.store(false, ordering: .relaxed)
-            }
-            return nil
-        }
-        guard case .success(let (fileKind, found)) = describe(fd: fd), fileKind == .regular,
-              flags & O_NONBLOCK != 0
-                || (try? Syscall.fcntl(fd, F_SETFL, (try Syscall.fcntl(fd, F_GETFL)) & ~O_NONBLOCK)) != nil else {
-            Syscall.closeIgnoringErrors(fd)
-            return nil
-        }
-        return (fd, fileKind, found)
-    }
-
-    /// The path opened on `fd`: checks it as the channel needs (the kind;
-    /// on a reopen the same file, at the stream position it had), then
-    /// queues what waited.
-    private func fileOpened(_ fd: Int32, _ fileKind: FileKind, _ found: FileIdentity, reopen: Int64??,
-                            identity: FileIdentity?) {
-        // The file may have changed since the check.
-        if let error = fileKind.unusable(for: kind) {
-            Syscall.closeIgnoringErrors(fd)
-            return pathFailed(error)
-        }
-        if let reopen {
-            // Renamed or replaced since: never another file.
-            if found != identity {
-                Syscall.closeIgnoringErrors(fd)
-                return pathFailed(.staleNFSFileHandle,
-                                  detail: "the path names another file than the one this channel opened")
-            }
-            if let position = reopen {
-                do throws(Errno) { try Syscall.lseek(fd, position, SEEK_SET) } catch {
-                    Syscall.closeIgnoringErrors(fd)
-                    return pathFailed(error)
-                }
-            }
-        }
-        pathOpened(FDEntry.owning(fd: fd, kind: fileKind, identity: found), identity: found)
     }
 
     private func pathOpened(_ entry: FDEntry, identity: FileIdentity) {

@@ -64,9 +64,6 @@ package final class ChannelCore: @unchecked Sendable {
     var openedIdentity: FileIdentity?
     /// Why a reopen failed, in words (`openError`'s detail).
     var reopenDetail: String?
-    /// The path's check found a regular file (it may be opened on the
-    /// calling thread: ChannelCore+Path.swift).
-    var checkedRegular = false
     /// When a path channel was last used (`PathDescriptors.clock`): the
     /// least recently used idle ones let go of their fds first.
     let lastUseStamp = Atomic<UInt64>(0)
