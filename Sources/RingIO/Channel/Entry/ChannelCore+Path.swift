@@ -148,9 +148,10 @@ extension ChannelCore {
             case .barrier(let work): ready += entry.enqueueBarrier(queue: queue, work)
             }
         }
-        if !lifecycle.isClosed { PathDescriptors.shared.hold(self) }
+        // (Only a regular file's channel ever lets go of its fd.)
+        if !lifecycle.isClosed && entry.kind == .regular { PathDescriptors.shared.hold(self) }
         lock.unlock()
-        PathDescriptors.shared.opened()
+        PathDescriptors.shared.opened(regular: entry.kind == .regular)
         entry.start(ready)
         if actions.handOffCleanup { entry.channelClosed(cleanup: .init(queue: queue, handler: cleanup)) }
     }

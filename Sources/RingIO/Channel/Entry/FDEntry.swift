@@ -427,7 +427,7 @@ final class FDEntry: @unchecked Sendable {
         }
         if ownsDescriptor {
             Syscall.closeIgnoringErrors(fd)
-            PathDescriptors.shared.closed()
+            PathDescriptors.shared.closed(regular: kind == .regular)
         }
         for cleanup in list {
             let handler = cleanup.handler

@@ -26,6 +26,9 @@ final class PathDescriptors: @unchecked Sendable {
     private let lock = PlainLock()
     /// Fds opened by path channels and not closed yet.
     private var open = 0
+    /// Those of them on regular files: each closes once its channel goes
+    /// idle under pressure or closes (unless `fileDescriptor` pinned it).
+    private var regularOpen = 0
     /// The path channels with an fd they may let go of.
     private var holders: [ObjectIdentifier: ChannelCore] = [:]
     /// Opens that failed with `EMFILE` or `ENFILE`: each tries again once a
@@ -52,11 +55,12 @@ final class PathDescriptors: @unchecked Sendable {
     }
 
     /// A path channel opened an fd (after `hold`, if it may let go of it).
-    func opened() {
+    func opened(regular: Bool) {
         let limit = (try? Syscall.openFileLimit()).map { Int(clamping: $0) } ?? 1024
         let excess = lock.withLock { () -> Int in
             let before = pressure.load(ordering: .relaxed)
             open += 1
+            if regular { regularOpen += 1 }
             cap = Swift.max(16, limit / 2)
             updatePressureLocked()
             guard open > cap, searchNowLocked(pressureBefore: before) else { return 0 }
@@ -66,9 +70,10 @@ final class PathDescriptors: @unchecked Sendable {
     }
 
     /// A path channel's fd closed: an open waiting for one tries again.
-    func closed() {
+    func closed(regular: Bool) {
         let waiter = lock.withLock { () -> (@Sendable () -> Void)? in
             open -= 1
+            if regular { regularOpen -= 1 }
             let next = waiters.popFirst()
             updatePressureLocked()
             return next
@@ -84,12 +89,15 @@ final class PathDescriptors: @unchecked Sendable {
         }
     }
 
-    /// An open failed with `EMFILE` or `ENFILE`: if path channels hold fds,
-    /// `retry` runs once one of them closes (the idle ones are asked to let
-    /// go of theirs now), and this returns true; false when none does.
+    /// An open failed with `EMFILE` or `ENFILE`: if path channels hold fds
+    /// of regular files, `retry` runs once a path channel's fd closes (the
+    /// idle ones are asked to let go of theirs now), and this returns true;
+    /// false when none does (the open fails, as it always did: a FIFO's fd
+    /// need never close). (Should every such fd be pinned by
+    /// `fileDescriptor`, the open waits for one of those channels to close.)
     func waitForClose(_ retry: @escaping @Sendable () -> Void) -> Bool {
         let search = lock.withLock { () -> Int? in
-            guard open > 0 else { return nil }
+            guard regularOpen > 0 else { return nil }
             let before = pressure.load(ordering: .relaxed)
             waiters.append(retry)
             updatePressureLocked()
