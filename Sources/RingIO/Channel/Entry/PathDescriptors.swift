@@ -16,8 +16,8 @@ import RingIOBase
 /// `fileDescriptor`) let go of theirs, down to three quarters of that cap,
 /// and any that goes idle while the cap is exceeded does too; each opens
 /// its path again on its next use. An open that fails with `EMFILE` or
-/// `ENFILE` while path channels hold fds waits for one of them to close,
-/// then tries again.
+/// `ENFILE` while path channels hold fds of regular files waits for a path
+/// channel's fd to close, then tries again.
 // @unchecked: every `var` is read and written with `lock` held; `pressure`
 // is atomic.
 final class PathDescriptors: @unchecked Sendable {
