@@ -92,6 +92,11 @@ private struct Shell {
         if actions.runCleanup { cleanups.append("\(error)") }
     }
 
+    /// The shell found the entry idle: the lifecycle lets go of it, or not.
+    mutating func release(position: Int64? = nil) -> Bool {
+        lifecycle.release(position: position) != nil
+    }
+
     /// The errors the operations ended without I/O got, in order.
     var withoutIOErrors: [Errno?] { finishedWithoutIO.map(\.1) }
 }
@@ -292,6 +297,110 @@ struct ChannelLifecycleTests {
         twice.close(stop: true)
         #expect(twice.withoutIOErrors == [.canceled])
         #expect(twice.cleanups == ["nil"])
+    }
+
+    // MARK: - letting go of the fd
+
+    @Test("an idle open path channel lets go of its entry; the next use reopens at the position kept; work during the reopen waits, then runs in order")
+    func releaseAndReopen() {
+        var shell = Shell(.unopened(.checking))
+        shell.checked()
+        _ = shell.submit()
+        shell.opened()
+        let result1 = shell.release(position: 1234)
+        #expect(result1)
+        #expect(shell.lifecycle.currentEntry == nil)
+        #expect(shell.lifecycle.reopening == nil, "released, not reopening yet")
+        #expect(shell.opens == 1)
+        let a = shell.submit()
+        #expect(shell.opens == 2, "the next use opens it again")
+        #expect(shell.lifecycle.reopening == .some(1234), "a reopen, with the stream position to restore")
+        shell.barrier()
+        let b = shell.submit()
+        #expect(shell.opens == 2, "one reopen")
+        let entry = FakeEntry()
+        shell.opened(entry)
+        #expect(shell.enqueued.suffix(2).map(ObjectIdentifier.init) == [a, b].map(ObjectIdentifier.init))
+        #expect(shell.barriersEnqueued == 1)
+        #expect(shell.lifecycle.currentEntry === entry)
+        #expect(shell.lifecycle.reopening == nil)
+        // A random channel: no position.
+        let result2 = shell.release(position: nil)
+        #expect(result2)
+        shell.barrier()
+        #expect(shell.lifecycle.reopening == .some(nil), "a barrier reopens too")
+        shell.opened()
+        shell.close()
+        #expect(shell.cleanups == ["entry"])
+    }
+
+    @Test("a pinned channel never lets go; nor does a closed, unopened or failed one")
+    func releaseRefused() {
+        var pinned = Shell(.open(FakeEntry(), base: 0))
+        let result3 = pinned.lifecycle.pin()
+        #expect(result3 != nil)
+        let result4 = pinned.release()
+        #expect(!result4)
+        #expect(pinned.lifecycle.currentEntry != nil)
+
+        var unopened = Shell(.unopened(.checking))
+        let result5 = unopened.lifecycle.pin()
+        #expect(result5 == nil, "no fd to show: nothing pinned")
+        #expect(!unopened.lifecycle.pinned)
+        let result6 = unopened.release()
+        #expect(!result6)
+        unopened.checked()
+        let result7 = unopened.release()
+        #expect(!result7)
+
+        var closed = Shell(.open(FakeEntry(), base: 0))
+        closed.close()
+        let result8 = closed.release()
+        #expect(!result8)
+
+        var failed = Shell(.failed(.badFileDescriptor))
+        let result9 = failed.release()
+        #expect(!result9)
+
+        // Released, then the user asks for the fd: none, nothing pinned;
+        // once reopened and shown, pinned.
+        var later = Shell(.open(FakeEntry(), base: 0))
+        let result10 = later.release()
+        #expect(result10)
+        let result11 = later.lifecycle.pin()
+        #expect(result11 == nil && !later.lifecycle.pinned)
+        _ = later.submit()
+        later.opened()
+        let result12 = later.lifecycle.pin()
+        #expect(result12 != nil)
+        let result13 = later.release()
+        #expect(!result13)
+    }
+
+    @Test("released, then closed: cleanup(nil) at once, no reopen; a failed reopen ends what waits with its error and runs cleanup(error) once")
+    func releasedThenClosedOrFailed() {
+        var idle = Shell(.open(FakeEntry(), base: 0))
+        let result14 = idle.release(position: 5)
+        #expect(result14)
+        idle.close()
+        #expect(idle.cleanups == ["nil"])
+        _ = idle.submit()
+        #expect(idle.withoutIOErrors == [.canceled])
+        idle.barrier()
+        #expect(idle.barriersRun == 1 && idle.opens == 0, "closed and released: a barrier runs at once")
+
+        var replaced = Shell(.open(FakeEntry(), base: 0))
+        let result15 = replaced.release(position: 5)
+        #expect(result15)
+        _ = replaced.submit()
+        replaced.barrier()
+        replaced.close()
+        #expect(replaced.cleanups.isEmpty, "the reopen is under way: cleanup waits for it")
+        replaced.failed(.staleNFSFileHandle)
+        #expect(replaced.withoutIOErrors == [.staleNFSFileHandle])
+        #expect(replaced.barriersRun == 1)
+        #expect(replaced.cleanups == ["\(Errno.staleNFSFileHandle)"])
+        #expect(replaced.lifecycle.failure == .staleNFSFileHandle)
     }
 
     // MARK: - events that cannot happen stop the process

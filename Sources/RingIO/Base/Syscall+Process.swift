@@ -10,6 +10,7 @@ import SystemPackage
 
 extension Syscall.Call {
     package static let kill = Syscall.Call("kill")
+    package static let getrlimit = Syscall.Call("getrlimit")
 }
 
 extension Syscall {
@@ -43,6 +44,21 @@ extension Syscall {
     /// - Returns: The count.
     package static func onlineProcessors() -> Int {
         Swift.max(1, Int(Glibc.sysconf(CInt(_SC_NPROCESSORS_ONLN))))
+    }
+
+    /// The soft limit on open file descriptors (`RLIMIT_NOFILE`):
+    /// `rlim_t.max` for no limit.
+    ///
+    /// The corresponding C function is `getrlimit`.
+    ///
+    /// - Returns: The soft limit.
+    /// - Throws: The `Errno` of the failed call.
+    package static func openFileLimit() throws(Errno) -> UInt64 {
+        try retryingInterrupts(.getrlimit) { () throws(Errno) in
+            var limit = rlimit()
+            _ = try valueOrErrno(Glibc.getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit))
+            return UInt64(limit.rlim_cur)
+        }
     }
 
     /// Unmaps `count` bytes at `base` (a mapping the library made, or was

@@ -237,7 +237,8 @@ extension IOChannel {
     ///   the channel is closed or could not open its file.
     public func synchronize(dataOnly: Bool = false) async throws(Errno) {
         let error = await barrier { () -> Errno? in
-            guard let fd = self.fileDescriptor?.rawValue else { return .canceled }
+            // (Not `fileDescriptor`, which would pin a path channel's fd.)
+            guard let fd = self.core.currentDescriptor else { return .canceled }
             do throws(Errno) { try Syscall.fsync(fd, dataOnly: dataOnly) } catch { return error }
             return nil
         }

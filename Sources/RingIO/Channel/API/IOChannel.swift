@@ -78,6 +78,12 @@ public final class IOChannel: Sendable {
     /// ...) goes to `cleanup` and to every operation as an `Errno`, and
     /// ``openError`` then holds it with the path and the operation.
     ///
+    /// Under fd pressure an idle path channel may close its descriptor and
+    /// open the path again on its next operation: never truncating,
+    /// creating or refusing (`.exclusive`) the file then, at the same stream
+    /// position, and failing with `ESTALE` if the path names another file
+    /// by then. Reading ``fileDescriptor`` keeps the descriptor open.
+    ///
     /// - Throws: an ``IOError`` with `Errno.invalidArgument` for an empty
     ///   path, or `getcwd`'s error for a relative path when the current
     ///   directory is gone.
@@ -107,7 +113,7 @@ public final class IOChannel: Sendable {
     /// read this property from them for the whole story.
     public var openError: IOError? {
         guard let spec = core.pathSpec, let error = core.pathFailure else { return nil }
-        return IOError(IOChannel.openOperation(spec.mode), path: spec.path, errno: error)
+        return IOError(IOChannel.openOperation(spec.mode), path: spec.path, errno: error, detail: core.pathFailureDetail)
     }
 
     static func openOperation(_ mode: FileDescriptor.AccessMode) -> IOError.Operation {
@@ -186,7 +192,8 @@ public final class IOChannel: Sendable {
     public func setInterval(_ interval: Duration, strict: Bool = false) { core.setInterval(interval, strict: strict) }
 
     /// The file descriptor; `nil` before a path channel has opened its file,
-    /// and after close.
+    /// while it has let go of it (idle, under fd pressure), and after close.
+    /// A path channel whose descriptor this returned keeps it until closed.
     public var fileDescriptor: FileDescriptor? { core.fileDescriptor }
 }
 

@@ -90,7 +90,10 @@ extension ChannelCore {
         guard let (entry, base) = beginInline(isWrite: false, { $0.mayReadInline && !(stream && $0.appendMode) }) else {
             return .submit(skipInlineTry: false)
         }
-        defer { entry.endInline(stream: stream, isWrite: false) }
+        defer {
+            entry.endInline(stream: stream, isWrite: false)
+            releaseUnderPressure()
+        }
         guard stream || base <= Int64.max - offset - Int64(length) else { return .submit(skipInlineTry: false) }
         let start = stream ? -1 : base + offset
         let buffer = destination()
@@ -105,12 +108,7 @@ extension ChannelCore {
                 if n == 0 { break }  // the end of the file
                 total += n
             } catch {
-                if error.rawValue == EOPNOTSUPP {
-                    entry.learnNoWait(supported: false)
-                } else if error == .resourceTemporarilyUnavailable {
-                    entry.learnNoWait(supported: true)
-                }
-                entry.inlineFallbacks.add(1, ordering: .relaxed)
+                entry.inlineReadFailed(error)
                 // Not all cached: as if it had not been tried (a stream's
                 // position goes back), and the operation reads it all (the
                 // cached part inline again, in its turn: a barrier queued
@@ -141,7 +139,10 @@ extension ChannelCore {
         guard let (entry, base) = beginInline(isWrite: true, { $0.kind == .regular && $0.directAlignment == nil }) else {
             return nil
         }
-        defer { entry.endInline(stream: stream, isWrite: true) }
+        defer {
+            entry.endInline(stream: stream, isWrite: true)
+            releaseUnderPressure()
+        }
         guard stream || base <= Int64.max - offset - Int64(length) else { return nil }
         let start = base + offset
         entry.awaitedInline.add(1, ordering: .relaxed)

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import CLiburing
+import Synchronization
 import SystemPackage
 import RingIOBase
 @_spi(Engine) import RingIOEngine
@@ -18,6 +19,12 @@ struct PathSpec: Sendable {
     let permissions: FilePermissions?
 
     var openFlags: Int32 { mode.rawValue | options.rawValue | O_CLOEXEC }
+
+    /// The flags to open the file again after the channel let go of its
+    /// fd: never `O_TRUNC` (it would cut off what the channel wrote), never
+    /// `O_EXCL` (the file is the channel's own by now), never `O_CREAT` (a
+    /// file removed since is not made anew: the open fails).
+    var reopenFlags: Int32 { openFlags & ~(O_TRUNC | O_EXCL | O_CREAT) }
 }
 
 /// The state of one channel, shared with its operations; `IOChannel` is the
@@ -44,13 +51,22 @@ package final class ChannelCore: @unchecked Sendable {
     let cleanup: @Sendable (Errno?) -> Void
     let pathSpec: PathSpec?
 
-    private let lock = PlainLock()
-    private var lifecycle: Lifecycle
-    private var settings = ChannelSettings()
+    // (Not private: also ChannelCore+Path.swift's.)
+    let lock = PlainLock()
+    var lifecycle: Lifecycle
+    var settings = ChannelSettings()
     /// The operations whose last handler call has not returned: an intrusive
     /// list through their `activeNext`/`activePrevious` (no hashing, no
     /// allocation per operation).
     private var activeHead: ChannelOperation?
+    /// A path channel's file as first opened (st_dev, st_ino): a reopen
+    /// must find the same one.
+    var openedIdentity: FileIdentity?
+    /// Why a reopen failed, in words (`openError`'s detail).
+    var reopenDetail: String?
+    /// When a path channel was last used (`PathDescriptors.clock`): the
+    /// least recently used idle ones let go of their fds first.
+    let lastUseStamp = Atomic<UInt64>(0)
 
     /// A channel on an fd (or on an entry of another channel), or a failed one.
     init(kind: IOChannel.Kind, target: Target, queue: IOQueue, engine: IOEngine,
@@ -113,6 +129,13 @@ package final class ChannelCore: @unchecked Sendable {
         return lock.withLock { lifecycle.failure }
     }
 
+    /// Why a path channel's reopen failed, in words, when the errno does
+    /// not say it (the path names another file now).
+    package var pathFailureDetail: String? {
+        guard pathSpec != nil else { return nil }
+        return lock.withLock { reopenDetail }
+    }
+
     /// What a channel made from this one starts from (`IOChannel(kind:channel:)`).
     func derive(kind newKind: IOChannel.Kind) -> (Target?, PathSpec?) {
         lock.withLock { () -> (Target?, PathSpec?) in
@@ -170,8 +193,22 @@ package final class ChannelCore: @unchecked Sendable {
         lock.withLock { lifecycle.currentEntry }
     }
 
+    /// The fd the user asks for: a path channel that shows it never lets
+    /// go of it.
     var fileDescriptor: FileDescriptor? {
-        currentEntry.map { FileDescriptor(rawValue: $0.fd) }
+        let entry = lock.withLock { () -> FDEntry? in
+            let entry = lifecycle.pin()
+            if entry != nil && pathSpec != nil { PathDescriptors.shared.forget(self) }
+            return entry
+        }
+        return entry.map { FileDescriptor(rawValue: $0.fd) }
+    }
+
+    /// The fd of an open channel, for the library's own use where the
+    /// channel cannot let go of it meanwhile (inside a barrier): it does
+    /// not pin it.
+    var currentDescriptor: Int32? {
+        currentEntry?.fd
     }
 
     // MARK: - operations
@@ -180,6 +217,7 @@ package final class ChannelCore: @unchecked Sendable {
     package func submit(direction: ChannelOperation.Direction, offset: Int64, length: Int, data: DataChunk,
                 queue opQueue: IOQueue, options: OperationOptions = .init(),
                 handler: @escaping IOChannel.Handler) -> ChannelOperation {
+        touch()
         lock.lock()
         let operation = ChannelOperation(direction: direction, isStream: kind == .stream, queue: opQueue,
                                          engine: engine, settings: settings, offset: offset, length: length,
@@ -209,6 +247,7 @@ package final class ChannelCore: @unchecked Sendable {
     /// yet, a closed or failed channel, direct I/O asked for, something
     /// queued ahead of it on the fd).
     func beginInline(isWrite: Bool, _ eligible: (FDEntry) -> Bool) -> (entry: FDEntry, base: Int64)? {
+        touch()
         lock.lock()
         defer { lock.unlock() }
         guard settings.directIO == .off, !lifecycle.isClosed, case .open(let entry, let base) = lifecycle.target,
@@ -217,6 +256,7 @@ package final class ChannelCore: @unchecked Sendable {
     }
 
     func barrier(_ work: @escaping @Sendable () -> Void) {
+        touch()
         lock.lock()
         switch lifecycle.barrier(work) {
         case .enqueue(let entry):
@@ -241,6 +281,11 @@ package final class ChannelCore: @unchecked Sendable {
     /// An operation's last handler call returned.
     func operationEnded(_ operation: ChannelOperation) {
         lock.withLock { removeActiveLocked(operation) }
+    }
+
+    /// An operation's last handler call returned, and its entry knows it.
+    func operationLeftEntry() {
+        releaseUnderPressure()
     }
 
     private func insertActiveLocked(_ operation: ChannelOperation) {
@@ -294,6 +339,7 @@ package final class ChannelCore: @unchecked Sendable {
         lock.lock()
         let actions = lifecycle.close(stop: stop)
         let toStop = actions.stopActive ? activeLocked() : []
+        if pathSpec != nil { PathDescriptors.shared.forget(self) }
         lock.unlock()
         for op in actions.cancel { op.finishWithoutIO(.canceled) }
         for op in toStop { op.stop() }
@@ -303,114 +349,8 @@ package final class ChannelCore: @unchecked Sendable {
 
     /// Runs the cleanup handler on the channel's queue (the lifecycle
     /// handed it off: once).
-    private func runCleanup(_ error: Errno?) {
+    func runCleanup(_ error: Errno?) {
         let cleanup = self.cleanup
         queue.async { cleanup(error) }
-    }
-
-    // MARK: - path channels
-
-    /// The asynchronous check of a path channel's path (statx; with `.create`
-    /// and no file, its directory).
-    private func checkPath() {
-        guard let spec = pathSpec else { return }
-        let follow = !spec.options.contains(.noFollow)
-        Probe.statx(engine: engine, path: spec.path, follow: follow) { [self] result in
-            switch result {
-            case .success(let fileKind):
-                if let error = fileKind.unusable(for: kind) { return pathFailed(error) }
-                pathChecked()
-            case .failure(.noSuchFileOrDirectory) where spec.options.contains(.create):
-                Probe.statx(engine: engine, path: spec.path.removingLastComponent(), follow: true) { [self] parent in
-                    switch parent {
-                    case .success(.directory): pathChecked()
-                    case .success: pathFailed(.notDirectory)
-                    case .failure(let error): pathFailed(error)
-                    }
-                }
-            case .failure(let error):
-                pathFailed(error)
-            }
-        }
-    }
-
-    private func pathChecked() {
-        let open = lock.withLock { lifecycle.pathChecked() }
-        if open { openPath() }
-    }
-
-    private func openPath() {
-        guard let spec = pathSpec else { return }
-        let permissions = spec.permissions?.rawValue ?? 0o666
-        Probe.open(engine: engine, path: spec.path, flags: spec.openFlags, mode: UInt32(permissions)) { [self] result in
-            switch result {
-            case .failure(let error):
-                pathFailed(error)
-            case .success(let fd):
-                switch describe(fd: fd) {
-                case .failure(let error):
-                    Syscall.closeIgnoringErrors(fd)
-                    pathFailed(error)
-                case .success(let (fileKind, identity)):
-                    // The file may have changed since the check.
-                    if let error = fileKind.unusable(for: kind) {
-                        Syscall.closeIgnoringErrors(fd)
-                        return pathFailed(error)
-                    }
-                    pathOpened(FDEntry.owning(fd: fd, kind: fileKind, identity: identity))
-                }
-            }
-        }
-    }
-
-    private func pathOpened(_ entry: FDEntry) {
-        lock.lock()
-        let actions = lifecycle.pathOpened(entry)
-        var ready = FDEntry.Ready()
-        for item in actions.pending {
-            switch item {
-            case .operation(let op): ready += op.enqueue(on: entry, base: 0)
-            case .barrier(let work): ready += entry.enqueueBarrier(queue: queue, work)
-            }
-        }
-        lock.unlock()
-        entry.start(ready)
-        if actions.handOffCleanup { entry.channelClosed(cleanup: .init(queue: queue, handler: cleanup)) }
-    }
-
-    private func pathFailed(_ error: Errno) {
-        let actions = lock.withLock { lifecycle.pathFailed(error) }
-        for item in actions.pending {
-            switch item {
-            case .operation(let op): op.finishWithoutIO(error)
-            case .barrier(let work): queue.async(work)
-            }
-        }
-        if actions.runCleanup { runCleanup(error) }
-    }
-}
-
-/// One-request helpers for the path channels: statx and openat through the
-/// engine, the path and statx buffer kept alive in a `RequestMemory` until
-/// completion.
-enum Probe {
-    static func statx(engine: IOEngine, path: FilePath, follow: Bool,
-                      _ completion: @escaping @Sendable (Result<FileKind, Errno>) -> Void) {
-        let memory = RequestMemory(paths: [path], statx: true)
-        let flags = follow ? 0 : AT_SYMLINK_NOFOLLOW
-        engine.submit(IORequest(.statx(directory: AT_FDCWD, path: memory.paths[0], flags: flags,
-                                       mask: UInt32(STATX_TYPE), buffer: memory.statx!), owner: memory) { res in
-            if res < 0 { return completion(.failure(Errno(rawValue: -res))) }
-            completion(.success(FileType(mode: mode_t(memory.statx!.pointee.stx_mode))))
-        })
-    }
-
-    static func open(engine: IOEngine, path: FilePath, flags: Int32, mode: UInt32,
-                     _ completion: @escaping @Sendable (Result<Int32, Errno>) -> Void) {
-        let memory = RequestMemory(paths: [path])
-        engine.submit(IORequest(.openat(directory: AT_FDCWD, path: memory.paths[0], flags: flags, mode: mode),
-                                owner: memory, mayBlock: true) { res in
-            completion(res < 0 ? .failure(Errno(rawValue: -res)) : .success(res))
-        })
     }
 }

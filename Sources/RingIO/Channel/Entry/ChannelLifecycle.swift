@@ -10,13 +10,19 @@ import RingIOBase
 ///
 /// ```
 ///   path channel:  checking ──pathChecked──▶ checked ──first use──▶ opening ──pathOpened──▶ open(entry)
-///                     │  └──first use: waits (deferred)                 │
-///                     └──────────pathFailed─────────────┬───────────────┘
+///                     │  └──first use: waits (deferred)                 │            ▲          │ release
+///                     │                                                 │   pathOpened│          ▼ (idle, not pinned)
+///                     │                                  reopening ◀──next use── released(position)
+///                     └──────────pathFailed─────────────┬───────┴───────┘
 ///                                                       ▼
 ///   fd channel:    open(entry) or failed(error)      failed(error)
 ///
 ///   close:  not closed ──close──▶ closed ──close(stop: true)──▶ stopped
 /// ```
+///
+/// A path channel whose entry has nothing queued, running or left to
+/// return may let go of its fd (`release`) and open the path again on its
+/// next use; `pin` (the user saw the fd) forbids it for good.
 ///
 /// The cleanup handler is handed on exactly once: to the entry when an
 /// open channel closes (it runs once every channel of the fd closed), at
@@ -44,6 +50,21 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
         case checked
         /// The file is being opened; work waits in `deferred`.
         case opening
+        /// It was open and let go of its fd while idle; nothing waits: the
+        /// next operation or barrier opens it again. `position`: a stream
+        /// channel's file position then, restored on reopening.
+        case released(position: Int64?)
+        /// The file is being opened again (`released` before); work waits
+        /// in `deferred`.
+        case reopening(position: Int64?)
+
+        /// An open is under way (`opening`, `reopening`).
+        var isOpening: Bool {
+            switch self {
+            case .opening, .reopening: return true
+            case .checking, .checked, .released: return false
+            }
+        }
     }
 
     /// How far the channel is closed.
@@ -127,8 +148,11 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
     private(set) var closing = Closing.notClosed
     /// The cleanup handler ran, or was handed to the entry: never twice.
     private(set) var cleanupHandedOff = false
-    /// Work waiting for the path to open (`checking`, `opening`), in order.
+    /// Work waiting for the path to open (`checking`, `opening`,
+    /// `reopening`), in order.
     private(set) var deferred: [Deferred] = []
+    /// The user saw the fd (`pin`): the channel never lets go of it.
+    private(set) var pinned = false
 
     /// A channel that starts at `target`: `.open` for an fd channel,
     /// `.unopened(.checking)` for a path channel, `.failed` for one whose
@@ -146,6 +170,13 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
     var currentEntry: Entry? {
         guard !isClosed, case .open(let entry, _) = target else { return nil }
         return entry
+    }
+
+    /// The open being made is a reopen: the stream position to restore
+    /// (`.some(nil)`: a random channel's, none); `nil` when it is not.
+    var reopening: Int64?? {
+        if case .unopened(.reopening(let position)) = target { return .some(position) }
+        return nil
     }
 
     /// The error every operation gets, once the channel failed.
@@ -223,6 +254,27 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
         return actions
     }
 
+    /// The user asks for the fd: the open channel's entry, which the
+    /// channel then never lets go of; `nil` (and nothing pinned) when no
+    /// file is open.
+    mutating func pin() -> Entry? {
+        defer { _invariantCheck() }
+        guard let entry = currentEntry else { return nil }
+        pinned = true
+        return entry
+    }
+
+    /// The shell found the open channel's entry idle (nothing queued,
+    /// running or left to return): the channel lets go of it, keeping the
+    /// stream `position`. Returns the entry for the shell to close; `nil`
+    /// when the channel may not (not open, closed, pinned).
+    mutating func release(position: Int64?) -> Entry? {
+        defer { _invariantCheck() }
+        guard !pinned, let entry = currentEntry else { return nil }
+        target = .unopened(.released(position: position))
+        return entry
+    }
+
     /// The path's check passed: returns whether the shell must open it now.
     mutating func pathChecked() -> Bool {
         defer { _invariantCheck() }
@@ -234,7 +286,7 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
     /// The file opened on `entry`.
     mutating func pathOpened(_ entry: Entry) -> OpenedActions {
         defer { _invariantCheck() }
-        guard case .unopened(.opening) = target else { illegal("pathOpened") }
+        guard case .unopened(let opening) = target, opening.isOpening else { illegal("pathOpened") }
         target = .open(entry, base: 0)
         let pending = deferred
         deferred = []
@@ -246,7 +298,9 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
     /// The check or the open failed with `error`.
     mutating func pathFailed(_ error: Errno) -> FailedActions {
         defer { _invariantCheck() }
-        guard case .unopened(let opening) = target, opening != .checked else { illegal("pathFailed(\(error))") }
+        guard case .unopened(let opening) = target, opening == .checking || opening.isOpening else {
+            illegal("pathFailed(\(error))")
+        }
         target = .failed(error)
         let pending = deferred
         deferred = []
@@ -259,16 +313,20 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
     /// cleanup handler runs now (with `nil`), once. Returns whether it must.
     private mutating func cleanupIfIdleAndClosed() -> Bool {
         guard isClosed, !cleanupHandedOff, case .unopened(let opening) = target,
-              opening != .opening, deferred.isEmpty else { return false }
+              !opening.isOpening, deferred.isEmpty else { return false }
         cleanupHandedOff = true
         return true
     }
 
-    /// Whether the shell must start opening the file now: checked, not yet
-    /// opening, and something waits.
+    /// Whether the shell must start opening the file now: checked (or
+    /// released), not yet opening, and something waits.
     private mutating func startOpenIfNeeded() -> Bool {
-        guard case .unopened(.checked) = target, !deferred.isEmpty else { return false }
-        target = .unopened(.opening)
+        guard !deferred.isEmpty else { return false }
+        switch target {
+        case .unopened(.checked): target = .unopened(.opening)
+        case .unopened(.released(let position)): target = .unopened(.reopening(position: position))
+        default: return false
+        }
         return true
     }
 
@@ -286,8 +344,8 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
     func _invariantCheck() {
         #if DEBUG
         switch target {
-        case .unopened(.checked):
-            precondition(deferred.isEmpty, "a checked path with work waiting is not opening")
+        case .unopened(.checked), .unopened(.released):
+            precondition(deferred.isEmpty, "a checked or released path with work waiting is not opening")
         case .unopened:
             break
         case .open, .failed:
@@ -295,9 +353,10 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
         }
         if case .failed = target { precondition(cleanupHandedOff, "a failed channel kept its cleanup handler") }
         if isClosed, case .open = target { precondition(cleanupHandedOff, "a closed open channel kept its cleanup handler") }
-        if isClosed, case .unopened(let opening) = target, opening != .opening, deferred.isEmpty {
+        if isClosed, case .unopened(let opening) = target, !opening.isOpening, deferred.isEmpty {
             precondition(cleanupHandedOff, "a closed channel with nothing open or waiting kept its cleanup handler")
         }
+        if pinned, case .unopened(.released) = target { preconditionFailure("a pinned channel let go of its fd") }
         if closing == .stopped {
             for case .operation in deferred { preconditionFailure("an operation waits in a stopped channel") }
         }

@@ -3,72 +3,6 @@ import RingIOData
 import RingIOQueue
 @_spi(Engine) import RingIOEngine
 
-/// What the scheduler of an fd entry keeps on each operation: fixed traits
-/// taken when it is queued, and where it is in its life. Written only by the
-/// `EntryScheduler` that queued the operation (under its entry's lock).
-struct SchedulerTicket {
-    enum State: Equatable {
-        /// Queued, not started.
-        case queued
-        /// Withdrawn before it started (a stop): skipped when reached.
-        case withdrawn
-        /// Started; its I/O has not ended.
-        case running
-        /// Its I/O ended.
-        case finished
-    }
-
-    var state = State.queued
-    /// A stream operation (one at a time per lane, in order).
-    var isStream = false
-    /// Its lane: 0, or 1 for writes where the directions are independent.
-    var lane = 0
-    /// A write (asked whether it must run alone in direct-I/O mode).
-    var isWrite = false
-    /// A stream write that may go out in one `pwritev` with the stream
-    /// writes queued next to it (`EntryScheduler.Item.writes`).
-    var pipelinable = false
-    /// Its length in bytes.
-    var length = 0
-    /// How many memory regions its bytes are in (one iovec each).
-    var regions = 1
-    /// It runs alone on its entry (a direct write's read-modify-write).
-    var ranExclusive = false
-}
-
-/// An operation the scheduler can queue: it carries its own ticket.
-protocol SchedulableOperation: AnyObject {
-    /// Read and written only by the scheduler holding it, under its lock.
-    var ticket: SchedulerTicket { get set }
-}
-
-/// What the scheduler asks of the file while it decides (the shell answers
-/// with `lseek` and the direct-I/O alignment; tests answer from a model).
-protocol EntrySchedulerHost<Operation> {
-    associatedtype Operation
-    /// The fd is in direct-I/O mode: writes may have to run alone.
-    var directMode: Bool { get }
-    /// The file position now (`lseek(fd, 0, SEEK_CUR)`), `nil` on error.
-    func filePosition() -> Int64?
-    /// In direct-I/O mode: whether the write `operation` must run alone,
-    /// starting at `streamPosition` (`nil`: a stream write whose start is
-    /// not known yet).
-    func needsExclusiveRun(_ operation: Operation, streamPosition: Int64?) -> Bool
-    /// Whether the pipelinable write `operation` may go out in one
-    /// `pwritev` with others now (in direct-I/O mode: its regions are
-    /// aligned in memory and in length).
-    func mayCoalesce(_ operation: Operation) -> Bool
-    /// The fd has `O_APPEND`: every write lands at the end of the file,
-    /// whatever its offset, so at most one run is in flight at a time (two
-    /// at once could land in either order), and `filePosition` answers
-    /// where the next write lands: the end of the file.
-    var appendMode: Bool { get }
-}
-
-extension EntrySchedulerHost {
-    var appendMode: Bool { false }
-}
-
 /// The scheduling rules of the channels of one fd, as a value: which
 /// operations and barriers may start, in what order, and when the cleanup
 /// handlers may run. Each transition returns what the caller must do.
@@ -144,27 +78,29 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     }
 
     /// What waits to be admitted, in submission order.
-    private enum Queued {
+    // (Fields and methods without `private` are also the inline slot's:
+    // EntryScheduler+Inline.swift.)
+    enum Queued {
         case operation(Operation)
         case barrier(Barrier)
     }
 
-    private var incoming = RingBuffer<Queued>(initialCapacity: 4)
-    private var lane0 = RingBuffer<Operation>(initialCapacity: 2)
-    private var lane1 = RingBuffer<Operation>(initialCapacity: 2)
+    var incoming = RingBuffer<Queued>(initialCapacity: 4)
+    var lane0 = RingBuffer<Operation>(initialCapacity: 2)
+    var lane1 = RingBuffer<Operation>(initialCapacity: 2)
     /// Stream operations of each lane started whose I/O has not ended.
-    private var occupants: (Int, Int) = (0, 0)
+    var occupants: (Int, Int) = (0, 0)
     /// Items queued and neither started nor withdrawn.
     private(set) var queued = 0
     /// Operations started whose I/O has not ended.
-    private(set) var running = 0
+    var running = 0
     private(set) var barrierRunning = false
     private(set) var exclusiveRunning = false
     private(set) var channels = 0
     private(set) var handlersOutstanding = 0
     /// Stream reads queued or running (a write of lane 0 queued now waits
     /// for them).
-    private var streamReads = 0
+    var streamReads = 0
     private(set) var finished = false
     private var cleanups: [Cleanup] = []
     /// Where lane 0's stream writes admitted so far will leave the file
@@ -172,7 +108,7 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     /// pipelinable writes, behind a running `pwritev`): the start of the
     /// next one, for the direct-I/O alignment check. `nil`: ask the host
     /// once the lane is free.
-    private var laneEnd: Int64?
+    var laneEnd: Int64?
     /// The runs of lane 0 in flight, in the order they went out.
     private var runs = RingBuffer<RunInFlight>(initialCapacity: 4)
     /// Lane 0's running operations that are in those runs.
@@ -302,40 +238,6 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
         }
     }
 
-    /// An inline operation: an awaited read or write carried out on the
-    /// caller's thread, with no operation object, when it would start at
-    /// once if queued (nothing waits in `incoming`, no barrier or
-    /// exclusive write runs; a stream one also needs its lane empty and
-    /// free). It then counts as running, so that what is queued behind it
-    /// (a barrier, a stream operation of its lane) waits for
-    /// `endInline`, and the entry's cleanup too. False: queue it instead.
-    mutating func beginInline(stream: Bool, lane: Int, isWrite: Bool) -> Bool {
-        guard !finished, !barrierRunning, !exclusiveRunning, incoming.isEmpty else { return false }
-        if stream {
-            guard occupied(lane) == 0, lane == 0 ? lane0.isEmpty : lane1.isEmpty else { return false }
-            if lane == 0 { occupants.0 += 1 } else { occupants.1 += 1 }
-            if !isWrite { streamReads += 1 }
-        }
-        running += 1
-        return true
-    }
-
-    /// The inline operation `beginInline` admitted ended: returns what may
-    /// start now, and the cleanups to run if that was the last thing the
-    /// entry waited for.
-    mutating func endInline(stream: Bool, lane: Int, isWrite: Bool,
-                            host: some EntrySchedulerHost<Operation>) -> (Ready, [Cleanup]?) {
-        precondition(running > 0, "an inline operation ended that never began")
-        running -= 1
-        if stream {
-            if lane == 0 { occupants.0 -= 1 } else { occupants.1 -= 1 }
-            if occupants.0 == 0 && lane0.isEmpty { laneEnd = nil }
-            if !isWrite { streamReads -= 1 }
-        }
-        let ready = pump(host)
-        return (ready, ready.isEmpty ? finishIfIdle() : nil)
-    }
-
     /// Whether a stream write queued now on `lane` would wait for a stream
     /// read queued or running before it (reads go in lane 0).
     func streamReadAhead(lane: Int) -> Bool {
@@ -355,6 +257,17 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
         return finishIfIdle()
     }
 
+    /// The entry's only channel lets go of it: if nothing is queued,
+    /// running or left to return, the entry is finished (with no cleanup
+    /// to run) and this returns true.
+    mutating func releaseIfIdle() -> Bool {
+        guard !finished, channels == 1, handlersOutstanding == 0, running == 0, queued == 0,
+              !barrierRunning, cleanups.isEmpty else { return false }
+        channels = 0
+        finished = true
+        return true
+    }
+
     /// A channel closed; its cleanup waits for the others and every handler.
     mutating func channelClosed(_ cleanup: Cleanup) -> [Cleanup]? {
         channels -= 1
@@ -366,12 +279,12 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
 
     private var lanesEmpty: Bool { lane0.isEmpty && lane1.isEmpty }
 
-    private func occupied(_ lane: Int) -> Int { lane == 0 ? occupants.0 : occupants.1 }
+    func occupied(_ lane: Int) -> Int { lane == 0 ? occupants.0 : occupants.1 }
 
     /// Admits and starts what the rules allow. Stream operations are all
     /// admitted to their lanes before the lanes start, so that writes queued
     /// together may go out together.
-    private mutating func pump(_ host: some EntrySchedulerHost<Operation>) -> Ready {
+    mutating func pump(_ host: some EntrySchedulerHost<Operation>) -> Ready {
         var ready = Ready()
         if barrierRunning || exclusiveRunning { return ready }
         let admitted = admit(&ready, host)
@@ -563,7 +476,7 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
 
     /// If no channel is open and nothing is left to run or return: the
     /// entry is finished, and these cleanups run.
-    private mutating func finishIfIdle() -> [Cleanup]? {
+    mutating func finishIfIdle() -> [Cleanup]? {
         guard !finished, channels == 0, handlersOutstanding == 0, running == 0,
               queued == 0, !barrierRunning else { return nil }
         finished = true

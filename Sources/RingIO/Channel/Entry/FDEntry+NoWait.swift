@@ -1,4 +1,10 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import Synchronization
+import SystemPackage
 import RingIOBase
 
 /// Whether a file system answers `preadv2(..., RWF_NOWAIT)` from the page
@@ -30,6 +36,19 @@ extension FDEntry {
     var mayReadInline: Bool {
         kind == .regular && noWait.load(ordering: .relaxed) != NoWaitReads.unsupported.rawValue
             && directAlignment == nil
+    }
+
+    /// An inline `preadv2(RWF_NOWAIT)` failed with `error`: what it says of
+    /// the file system (`EOPNOTSUPP`: it refuses them; `EAGAIN`: it answers
+    /// them, these pages were not cached) is learned, and the fallback to
+    /// the engine counted.
+    func inlineReadFailed(_ error: Errno) {
+        if error.rawValue == EOPNOTSUPP {
+            learnNoWait(supported: false)
+        } else if error == .resourceTemporarilyUnavailable {
+            learnNoWait(supported: true)
+        }
+        inlineFallbacks.add(1, ordering: .relaxed)
     }
 
     /// What an inline read learned of the file system: `EOPNOTSUPP`, or any

@@ -392,6 +392,20 @@ final class FDEntry: @unchecked Sendable {
         if let cleanup { runCleanups(cleanup) }
     }
 
+    /// The path channel that owns this entry lets go of it, if nothing is
+    /// queued, running or left to return on it: the entry is then finished
+    /// and the channel must call `closeReleased`. Call with the channel's
+    /// lock held: no new work reaches the entry meanwhile.
+    func releaseIfIdle() -> Bool {
+        lock.withLock { shortRun == nil && scheduler.releaseIfIdle() }
+    }
+
+    /// Closes the fd of an entry `releaseIfIdle` finished (no cleanup
+    /// handler to run: the channel still has it).
+    func closeReleased() {
+        runCleanups([])
+    }
+
     /// A channel of this entry closed; its cleanup runs once every channel
     /// has closed and every handler has returned.
     func channelClosed(cleanup: Cleanup) {
@@ -413,6 +427,7 @@ final class FDEntry: @unchecked Sendable {
         }
         if ownsDescriptor {
             Syscall.closeIgnoringErrors(fd)
+            PathDescriptors.shared.closed(regular: kind == .regular)
         }
         for cleanup in list {
             let handler = cleanup.handler

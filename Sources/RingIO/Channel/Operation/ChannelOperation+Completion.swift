@@ -149,6 +149,7 @@ extension ChannelOperation {
                 channel?.operationEnded(self)
                 // Only an operation that reached an entry is counted there.
                 entry?.operationHandlersReturned()
+                channel?.operationLeftEntry()
                 return
             }
         }

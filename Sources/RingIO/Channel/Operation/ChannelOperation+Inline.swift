@@ -43,12 +43,7 @@ extension ChannelOperation {
             entry.inlineReads.add(1, ordering: .relaxed)
             return Int32(n)
         } catch {
-            if error.rawValue == EOPNOTSUPP {
-                entry.learnNoWait(supported: false)
-            } else if error == .resourceTemporarilyUnavailable {
-                entry.learnNoWait(supported: true)
-            }
-            entry.inlineFallbacks.add(1, ordering: .relaxed)
+            entry.inlineReadFailed(error)
             return nil
         }
     }
