@@ -477,6 +477,19 @@ private func tooManyOpenFilesChild(useRing: Bool, _ checks: ChildChecks) throws 
     checks.check(r.settledShapes() == [Shape(true, nil, .tooManyOpenFiles)], "with no fd free: \(r.shapes)")
     checks.check(cleanup.wait() && cleanup.error == .tooManyOpenFiles, "cleanup got \(cleanup.error.map { "\($0)" } ?? "nil")")
     refused.close()
+    // One fd free again, taken by a path channel whose fd the user has seen
+    // (`fileDescriptor` pins it: it never closes before the channel does).
+    // With every other number taken, a new path channel fails with EMFILE
+    // at once: it does not wait for a close that only the user can make.
+    close(fillers.removeLast())
+    let (pinned, _, pinnedRead) = try openAndRead("pinned")
+    checks.check(pinnedRead.bytes == Array(content[0..<10]), "the pinned channel's read: \(pinnedRead.shapes)")
+    checks.check(pinned.fileDescriptor != nil, "the pinned channel has no fd")
+    let (second, _, secondRead) = try openAndRead("beside a pinned fd")
+    checks.check(secondRead.settledShapes() == [Shape(true, nil, .tooManyOpenFiles)],
+                 "beside a pinned fd, with no fd free: \(secondRead.shapes)")
+    second.close()
+    pinned.close()
     fillers.forEach { close($0) }
     // With fds again, a new path channel opens.
     let again = try IOChannel(kind: .stream, path: FilePath(path), mode: .readOnly, queue: queue, engine: engine)

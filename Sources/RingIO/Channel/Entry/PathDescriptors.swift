@@ -89,15 +89,16 @@ final class PathDescriptors: @unchecked Sendable {
         }
     }
 
-    /// An open failed with `EMFILE` or `ENFILE`: if path channels hold fds
-    /// of regular files, `retry` runs once a path channel's fd closes (the
-    /// idle ones are asked to let go of theirs now), and this returns true;
-    /// false when none does (the open fails, as it always did: a FIFO's fd
-    /// need never close). (Should every such fd be pinned by
-    /// `fileDescriptor`, the open waits for one of those channels to close.)
+    /// An open failed with `EMFILE` or `ENFILE`: if path channels that may
+    /// let go of them hold fds of regular files, `retry` runs once a path
+    /// channel's fd closes (the idle ones are asked to let go of theirs
+    /// now), and this returns true; false when none does (the open fails
+    /// with the error, as it always did: a FIFO's fd or one the user has
+    /// seen through `fileDescriptor` closes only when the user says so, and
+    /// waiting for it could be waiting forever).
     func waitForClose(_ retry: @escaping @Sendable () -> Void) -> Bool {
         let search = lock.withLock { () -> Int? in
-            guard regularOpen > 0 else { return nil }
+            guard regularOpen > 0, !holders.isEmpty else { return nil }
             let before = pressure.load(ordering: .relaxed)
             waiters.append(retry)
             updatePressureLocked()
