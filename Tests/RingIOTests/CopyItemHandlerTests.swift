@@ -234,7 +234,8 @@ struct CopyItemHandlerTests {
             let peak = Atomic(0)
             try await IO.copyItem(from: FilePath(dir.file("src")), to: FilePath(dir.file("dst\(width)")),
                                   options: options, onEntry: { entry in
-                guard entry.type == .regular else { return .copy }
+                // With 1, a directory's call waits for the file before it too.
+                guard entry.type == .regular || width == 1 else { return .copy }
                 let now = running.add(1, ordering: .sequentiallyConsistent).newValue
                 peak.max(now, ordering: .sequentiallyConsistent)
                 try? await Task.sleep(for: .milliseconds(1))

@@ -365,6 +365,10 @@ private struct TreeCopy: Sendable {
                             }
                         }
                         if type == .directory && entry.type == .symlink, let named = found {
+                            if width == 1, running > 0, let done = await group.next() {
+                                running -= 1
+                                if let done { throw done }
+                            }
                             // A followed symlink to a directory: its tree, unless it contains the link.
                             var chain = ancestors
                             var parent = entry.path.removingLastComponent()
@@ -381,6 +385,11 @@ private struct TreeCopy: Sendable {
                             continue
                         }
                         if type == .directory {
+                            // One at a time: the file before it is done first.
+                            if width == 1, running > 0, let done = await group.next() {
+                                running -= 1
+                                if let done { throw done }
+                            }
                             // Before its entries: the walk lists a directory in
                             // its parent's batch, before it opens it.
                             let action = await action(IO.CopyItemEntry(source: entry.path, destination: target,
