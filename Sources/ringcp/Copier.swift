@@ -209,6 +209,9 @@ final class Copier: Sendable {
         let path = error.path ?? ""
         switch error.operation {
         case .stat: reportError("cannot stat", path, error.errno)
+        // -L: a symlink to a directory that contains it.
+        case .list where error.errno == .tooManySymbolicLinkLevels:
+            report("cannot copy cyclic symbolic link '\(path)'")
         case .list: reportError("cannot access", path, error.errno)
         default: reportError("cannot copy", path, error.errno)
         }
