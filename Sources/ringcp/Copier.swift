@@ -7,9 +7,11 @@ import RingIO
 import Synchronization
 import SystemPackage
 
-/// Walks the sources and copies each item by cp's rules. Small regular
-/// files run `jobs` at a time (their requests share the ring's batches);
-/// a large file runs alone, with its own requests in flight.
+/// Copies each source by cp's rules. A tree (-r) is walked and copied by
+/// the library's `IO.copyItem`, which asks this copier about each entry
+/// (`copyEntry`) and each failure (reported, then the copy goes on, as cp).
+/// Without -r, small regular files run `jobs` at a time (their requests
+/// share the ring's batches); a large file runs alone.
 final class Copier: Sendable {
     let settings: Settings
     let progress: Progress?
@@ -30,7 +32,9 @@ final class Copier: Sendable {
         /// two sources may not land on the same name, one as a link).
         var createdLinks: Set<FileIdentity> = []
         /// The first copy of each source with more than one name (--preserve=links).
-        var copies: [FileIdentity: FilePath] = [:]
+        var copies: [FileIdentity: FirstCopy] = [:]
+        /// The directories this run made (nothing was in them before).
+        var madeDirectories: Set<FilePath> = []
         /// Directories whose mode (and times, with -p) are set once their contents are in.
         var directories: [(path: FilePath, source: FileStatus, sourcePath: FilePath, mode: mode_t)] = []
     }
@@ -103,6 +107,20 @@ final class Copier: Sendable {
         let follow: Bool
     }
 
+    /// The first copy of a file with more than one name: its destination,
+    /// and its end (a second name is linked to it once it is complete).
+    final class FirstCopy: Sendable {
+        let destination: FilePath
+        private let done = IOSemaphore(value: 0)
+        init(_ destination: FilePath) { self.destination = destination }
+        func finish() { done.signal() }
+        /// Until the first copy is done (or the task is cancelled).
+        func wait() async {
+            guard (try? await done.wait()) != nil else { return }
+            done.signal()  // for the next name, if any
+        }
+    }
+
     func copy(_ operands: [Operand]) async {
         await withDiscardingTaskGroup { group in
             for operand in operands {
@@ -110,8 +128,12 @@ final class Copier: Sendable {
                     state.withLock { $0.interrupted = true }
                     break
                 }
-                await copyItem(operand.source, to: operand.destination, follow: operand.follow, inNewDirectory: false,
-                               alone: operands.count == 1, group: &group)
+                if settings.recursive {
+                    await copyTree(operand)
+                } else {
+                    await copyItem(operand.source, to: operand.destination, follow: operand.follow,
+                                   alone: operands.count == 1, group: &group)
+                }
             }
         }
         // A signal that came once every copy was done (a file renamed into
@@ -130,65 +152,133 @@ final class Copier: Sendable {
         }
     }
 
-    /// - Parameter inNewDirectory: the destination's directory was made by
-    ///   this run, so nothing can be at `destination` (an exclusive create
-    ///   still catches a race): no need to look.
-    /// - Parameter follow: a symlink at `source` is followed (-L, -H on the
-    ///   command line, and without -R or -P).
-    /// - Parameter alone: the only item to copy (`ringcp SRC DST`): a small
-    ///   file is copied in this task, not a child task of its own (a task and
-    ///   a thread hop less to start with).
-    private func copyItem(_ source: FilePath, to destination: FilePath, follow: Bool, inNewDirectory: Bool,
-                          alone: Bool = false, group: inout DiscardingTaskGroup) async {
+    /// A source without -r, by cp's rules: a directory is omitted; a small
+    /// regular file runs as a child task (`jobs` at once), unless `alone`
+    /// (`ringcp SRC DST`: in this task, a task and a thread hop less).
+    private func copyItem(_ source: FilePath, to destination: FilePath, follow: Bool, alone: Bool,
+                          group: inout DiscardingTaskGroup) async {
         let status: FileStatus
         do throws(Errno) {
             status = try FileStatus.of(source, followingSymlinks: follow)
         } catch {
             return reportError("cannot stat", source, error)
         }
+        if status.kind == .directory { return report("-r not specified; omitting directory '\(source)'") }
+        let linked = settings.preserve.contains(.links) && (status.links > 1 || follow)
+        if status.kind == .regular && status.size <= Int64(IO.smallFileLimit) && !linked && !alone
+            && settings.link == .none {
+            // A free slot, or a wait for a running copy to end.
+            do {
+                try await slots.wait()
+            } catch {
+                // A signal cancelled the copy: this one does not start.
+                state.withLock { $0.interrupted = true }
+                return
+            }
+            group.addTask {
+                _ = await self.copyEntry(source, status, to: destination, follow: follow, inNewDirectory: false)
+                self.slots.signal()
+            }
+        } else {
+            _ = await copyEntry(source, status, to: destination, follow: follow, inNewDirectory: false)
+        }
+    }
+
+    /// A source with -r: `IO.copyItem` walks it (in parallel, bounded) and
+    /// asks `copyEntry` about each entry; a failure of the walk (a directory
+    /// that cannot be read) is reported and the copy goes on, as cp's.
+    private func copyTree(_ operand: Operand) async {
+        var options = IO.CopyOptions()
+        options.followSymlinks = !operand.follow ? .never : settings.dereference == .always ? .always : .source
+        // -i asks one question at a time, in the walk's order.
+        options.maximumConcurrentCopies = settings.interactive ? 1 : max(1, settings.jobs)
+        do throws(IOError) {
+            try await IO.copyItem(from: operand.source, to: operand.destination, options: options, onEntry: { entry in
+                await self.copyEntry(entry, followingTop: operand.follow)
+            }, onError: { error in
+                self.reportTreeError(error)
+                return .continue
+            })
+        } catch {
+            reportTreeError(error)  // only a cancellation: onError goes on after anything else
+        }
+    }
+
+    /// cp's message for a failure of the walk.
+    private func reportTreeError(_ error: IOError) {
+        let path = error.path ?? ""
+        switch error.operation {
+        case .stat: reportError("cannot stat", path, error.errno)
+        // -L: a symlink to a directory that contains it.
+        case .list where error.errno == .tooManySymbolicLinkLevels:
+            report("cannot copy cyclic symbolic link '\(path)'")
+        case .list: reportError("cannot access", path, error.errno)
+        default: reportError("cannot copy", path, error.errno)
+        }
+    }
+
+    /// One entry of a tree, by cp's rules.
+    private func copyEntry(_ entry: IO.CopyItemEntry, followingTop: Bool) async -> IO.CopyItemAction {
+        if Task.isCancelled {
+            state.withLock { $0.interrupted = true }
+            return .skip
+        }
+        let follow = entry.isTop ? followingTop : settings.dereference == .always
+        let inNewDirectory = !entry.isTop
+            && state.withLock { $0.madeDirectories.contains(entry.destination.removingLastComponent()) }
+        let status: FileStatus
+        do throws(Errno) {
+            status = try FileStatus.of(entry.source, followingSymlinks: follow)
+        } catch {
+            reportError("cannot stat", entry.source, error)
+            return .skip
+        }
+        let descend = await copyEntry(entry.source, status, to: entry.destination, follow: follow,
+                                      inNewDirectory: inNewDirectory)
+        return descend ? .copied : .skip
+    }
+
+    /// - Parameter inNewDirectory: the destination's directory was made by
+    ///   this run, so nothing can be at `destination` (an exclusive create
+    ///   still catches a race): no need to look.
+    /// - Parameter follow: a symlink at `source` is followed (-L, -H on the
+    ///   command line, and without -R or -P).
+    /// - Returns: for a directory, whether its entries go into `destination` (made, or there already).
+    private func copyEntry(_ source: FilePath, _ status: FileStatus, to destination: FilePath, follow: Bool,
+                           inNewDirectory: Bool) async -> Bool {
+        var first: FirstCopy?
         if status.kind != .directory {
             // -l, -s: a link in place of a copy.
             if settings.link != .none {
-                return makeLink(source, status, to: destination, inNewDirectory: inNewDirectory, follow: follow)
+                makeLink(source, status, to: destination, inNewDirectory: inNewDirectory, follow: follow)
+                return false
             }
             // --preserve=links: a second name of a file already copied is linked to its copy.
             // (A file reached through a followed symlink may be reached again by its own name.)
             if settings.preserve.contains(.links) && (status.links > 1 || follow) {
-                let first = state.withLock { s -> FilePath? in
-                    if let first = s.copies[status.identity] { return first }
-                    s.copies[status.identity] = destination
+                let made = FirstCopy(destination)
+                let earlier = state.withLock { s -> FirstCopy? in
+                    if let earlier = s.copies[status.identity] { return earlier }
+                    s.copies[status.identity] = made
                     return nil
                 }
-                if let first { return linkToCopy(first, source, to: destination, inNewDirectory: inNewDirectory) }
+                if let earlier {
+                    await earlier.wait()
+                    linkToCopy(earlier.destination, source, to: destination, inNewDirectory: inNewDirectory)
+                    return false
+                }
+                first = made
             }
         }
+        defer { first?.finish() }
         switch status.kind {
         case .directory:
-            guard settings.recursive else { return report("-r not specified; omitting directory '\(source)'") }
-            await copyDirectory(source, status, to: destination, inNewDirectory: inNewDirectory,
-                                group: &group)
+            return makeDirectory(source, status, to: destination, inNewDirectory: inNewDirectory)
         case .symlink:
             copySymlink(source, status, to: destination, inNewDirectory: inNewDirectory)
         case .regular:
-            guard let plan = plan(source, status, to: destination, inNewDirectory: inNewDirectory) else { return }
-            // A file with other names (-a, -d) is copied before its second name is linked to the copy.
-            let linked = settings.preserve.contains(.links) && (status.links > 1 || follow)
-            if status.size <= Int64(IO.smallFileLimit) && !linked && !alone {
-                // A free slot, or a wait for a running copy to end.
-                do {
-                    try await slots.wait()
-                } catch {
-                    // A signal cancelled the walk: this copy does not start.
-                    state.withLock { $0.interrupted = true }
-                    return
-                }
-                group.addTask {
-                    await self.copyFile(source, status, plan)
-                    self.slots.signal()
-                }
-            } else {
-                await copyFile(source, status, plan)
-            }
+            guard let plan = plan(source, status, to: destination, inNewDirectory: inNewDirectory) else { return false }
+            await copyFile(source, status, plan)
         case .fifo, .characterDevice, .blockDevice, .socket, .other:
             if settings.recursive && !settings.copyContents {
                 copySpecial(source, status, to: destination, inNewDirectory: inNewDirectory)
@@ -196,10 +286,13 @@ final class Copier: Sendable {
                 await copyFile(source, status, plan)  // cp copies the contents: read until EOF
             }
         }
+        return false
     }
 
-    private func copyDirectory(_ source: FilePath, _ status: FileStatus, to destination: FilePath, inNewDirectory: Bool,
-                               group: inout DiscardingTaskGroup) async {
+    /// A directory of a tree: made (owner-only until the end), or the one
+    /// there used. - Returns: whether its entries go into it.
+    private func makeDirectory(_ source: FilePath, _ status: FileStatus, to destination: FilePath,
+                               inNewDirectory: Bool) -> Bool {
         var existing: FileStatus?
         do throws(Errno) {
             existing = inNewDirectory ? nil : try FileStatus.ifPresent(destination, followingSymlinks: false)
@@ -209,23 +302,27 @@ final class Copier: Sendable {
                 existing = followed
             }
         } catch {
-            return reportError("cannot stat", destination, error)
+            reportError("cannot stat", destination, error)
+            return false
         }
         if let existing, existing.kind != .directory {
-            return report("cannot overwrite non-directory '\(destination)' with directory '\(source)'")
+            report("cannot overwrite non-directory '\(destination)' with directory '\(source)'")
+            return false
         }
         if !inNewDirectory, let from = FS.realPath(source),
            let into = FS.realPath(existing == nil ? parentOf(destination) : destination) {
             let target = existing == nil ? joined(into, lastComponentOf: destination) : into
             if target.starts(with: from) {
-                return report("cannot copy a directory, '\(source)', into itself, '\(destination)'")
+                report("cannot copy a directory, '\(source)', into itself, '\(destination)'")
+                return false
             }
         }
         if existing == nil {
             // Owner-only while the contents go in (nobody else may enter or
             // write it meanwhile, as cp); the real mode is set at the end.
             if FS.mkdir(destination, 0o700) != 0 {
-                return reportError("cannot create directory", destination, Errno(rawValue: errno))
+                reportError("cannot create directory", destination, Errno(rawValue: errno))
+                return false
             }
             announce(source, destination)
             // Without -p, cp gives a new directory the source's permission bits
@@ -234,29 +331,14 @@ final class Copier: Sendable {
             let inherited = (try? FileStatus.of(destination, followingSymlinks: false).permissions) ?? 0
             let mode = settings.defaultModes.contains(.mode) ? 0o777 & ~umask
                 : (status.permissions & 0o777 & ~umask) | (inherited & S_ISGID)
-            state.withLock { $0.directories.append((destination, status, source, mode)) }
+            state.withLock {
+                $0.directories.append((destination, status, source, mode))
+                _ = $0.madeDirectories.insert(destination)
+            }
         } else if !settings.preserve.isEmpty {
             state.withLock { $0.directories.append((destination, status, source, existing!.permissions)) }
         }
-        // The library's listing (getdents64 in batches on a pool worker),
-        // whole before any entry is copied: no directory stays open while
-        // its subdirectories are walked, however deep the tree.
-        var names: [FilePath.Component] = []
-        do throws(IOError) {
-            for try await entry in IO.directoryEntries(at: absolute(source)) {
-                if let name = entry.path.lastComponent { names.append(name) }
-            }
-        } catch {
-            return reportError("cannot access", source, error.errno)
-        }
-        for name in names {
-            if Task.isCancelled {
-                state.withLock { $0.interrupted = true }
-                return
-            }
-            await copyItem(joined(source, name), to: joined(destination, name), follow: settings.dereference == .always,
-                           inNewDirectory: existing == nil, group: &group)
-        }
+        return true
     }
 
     private func copySymlink(_ source: FilePath, _ status: FileStatus, to destination: FilePath, inNewDirectory: Bool) {

@@ -90,6 +90,13 @@ struct CompatTests {
             try makeSymlink(d + "/dir/inner", to: "f")
             try makeSymlink(d + "/top", to: "dir")
         },
+        CpCase(name: "-RL through a symlink to a directory that contains it: cp's cyclic line, the rest copied",
+               arguments: ["-RL", "t", "out"]) { d in
+            try makeDirectory(d + "/t")
+            try makeDirectory(d + "/t/sub")
+            try writeFile(d + "/t/sub/f", "f")
+            try makeSymlink(d + "/t/sub/back", to: "..")
+        },
         CpCase(name: "-L follows every link", arguments: ["-RL", "top", "out"]) { d in
             try makeDirectory(d + "/dir")
             try writeFile(d + "/dir/f", "f")

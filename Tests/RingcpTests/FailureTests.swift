@@ -135,6 +135,32 @@ struct FailureTests {
         #expect(!run.stderr.contains("''"), "\(run)")
     }
 
+    @Test("-r with a directory nobody may read in the middle of the tree: cp's line naming it, the rest copied, exit 1",
+          arguments: bothBackends)
+    func unreadableDirectoryInTree(backend: Backend) async throws {
+        let dir = try Self.nobodyScratch()
+        try makeDirectory(dir.at("tree"))
+        try makeDirectory(dir.at("tree/locked"))
+        try makeDirectory(dir.at("tree/z"))
+        try writeFile(dir.at("tree/a"), "a")
+        try writeFile(dir.at("tree/locked/x"), "x")
+        try writeFile(dir.at("tree/z/y"), "y")
+        chmod(dir.at("tree/locked"), 0)
+        try makeDirectory(dir.at("dest"))
+        chown(dir.at("dest"), nobodyID, nobodyID)
+        let run = try await ringcp(["-r", "tree", "dest/out"], in: dir.path, backend: backend, as: .nobody)
+        #expect(run.status == 1, "\(run)")
+        #expect(run.errorLines == ["ringcp: cannot access 'tree/locked': Permission denied"], "\(run)")
+        #expect(try textOf(dir.at("dest/out/a")) == "a")
+        #expect(try textOf(dir.at("dest/out/z/y")) == "y")
+        // As GNU cp: the directory is made before it is read, and keeps the source's mode.
+        var status = stat()
+        #expect(lstat(dir.at("dest/out/locked"), &status) == 0 && status.st_mode & 0o7777 == 0, "\(run)")
+        #expect(!exists(dir.at("dest/out/locked/x")))
+        chmod(dir.at("tree/locked"), 0o755)
+        chmod(dir.at("dest/out/locked"), 0o755)
+    }
+
     @Test("a read-only mount: one line per file naming it, exit 1, the old files intact", arguments: bothBackends)
     func readOnlyMount(backend: Backend) async throws {
         let dir = Scratch()

@@ -49,6 +49,29 @@ extension IO {
             public static let all: Preserved = [.permissions, .times, .owner]
         }
 
+        /// How `IO.copyItem` treats symlinks in what it copies (`copyFile`
+        /// always reads what a symlink names).
+        public var followSymlinks: SymlinkFollowing = .never
+
+        /// Which symlinks `IO.copyItem` follows.
+        public enum SymlinkFollowing: Sendable, Hashable {
+            /// None: each symlink is copied as a symlink (`cp -P`, the default).
+            case never
+            /// Only `source` itself, when it is a symlink (`cp -H`); those
+            /// inside the tree are copied as symlinks.
+            case source
+            /// Every one (`cp -L`): what a symlink names is copied in its
+            /// place, a directory with its whole tree. A symlink to a
+            /// directory that contains it fails with `ELOOP`, and a dangling
+            /// one with `ENOENT`.
+            case always
+        }
+
+        /// The entries of a tree `IO.copyItem` copies at once (8 by
+        /// default; at least 1). With 1, entries are copied one after
+        /// another in the order they are listed.
+        public var maximumConcurrentCopies = 8
+
         /// Options for `copyFile(from:to:options:engine:)`; each is described on its property.
         public init(atomically: Bool = false, exclusive: Bool = false, permissions: FilePermissions? = nil) {
             self.atomically = atomically

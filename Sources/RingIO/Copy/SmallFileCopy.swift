@@ -62,18 +62,34 @@ enum SmallFileCopy {
     }
 }
 
-/// Threads on which the library may make a small copy's blocking system
-/// calls itself instead of handing them to `IOQueue.global`.
-package enum BlockingCalls {
+/// Threads on which the library may make its short blocking system calls
+/// itself (a small file's copy, `IO.info`, `IO.createDirectory` and the
+/// like) instead of handing them to a worker of `IOQueue.global` and back.
+///
+/// For a thread that has nothing else to do while they run: ringcp's main
+/// thread, running the task of its one small copy on a `TaskExecutor` of
+/// its own, makes the copy's calls itself, as `cp` does, with no thread
+/// started and no hand-off either way:
+///
+/// ```swift
+/// BlockingCalls.allowed {
+///     // Jobs of tasks run here: a small copy's stat, opens, read, write,
+///     // closes and rename are made on this thread.
+/// }
+/// ```
+///
+/// Never from a thread that must stay responsive (an executor shared with
+/// other work, the engine's): each call blocks it for as long as the file
+/// system takes.
+public enum BlockingCalls {
     private static let marker = ThreadLocalPointer()
 
     /// Whether the calling thread is inside `allowed(_:)`.
-    package static var allowedHere: Bool { marker.value != nil }
+    public static var allowedHere: Bool { marker.value != nil }
 
-    /// Runs `body` with blocking calls allowed on this thread: a thread that
-    /// has nothing else to do meanwhile (ringcp's main thread, running its
-    /// one copy's task) saves the hand-off to a pool worker and back.
-    package static func allowed<T>(_ body: () throws -> T) rethrows -> T {
+    /// Runs `body` with blocking calls allowed on this thread (nested
+    /// calls are fine; the thread's previous state comes back after).
+    public static func allowed<T>(_ body: () throws -> T) rethrows -> T {
         let previous = marker.value
         marker.value = UnsafeMutableRawPointer(bitPattern: 1)
         defer { marker.value = previous }

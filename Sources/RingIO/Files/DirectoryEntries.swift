@@ -99,7 +99,7 @@ public struct DirectoryEntries: AsyncSequence, Sendable {
                     batch = next
                     index = 0
                 case .end: return nil
-                case .failure(let error): throw error
+                case .failure(let error), .skipped(let error): throw error
                 }
             }
             defer { index += 1 }
@@ -137,7 +137,7 @@ public struct DirectoryEntries: AsyncSequence, Sendable {
                 switch await owner.walk.next() {
                 case .batch(let batch): return batch
                 case .end: return nil
-                case .failure(let error): throw error
+                case .failure(let error), .skipped(let error): throw error
                 }
             }
 

@@ -63,6 +63,9 @@ package final class DirectoryWalk: Sendable {
         case batch([DirectoryEntry])
         case end
         case failure(IOError)
+        /// A directory that could not be read, in a walk that goes on
+        /// without it (`continuesAfterFailures`).
+        case skipped(IOError)
     }
 
     struct State {
@@ -74,6 +77,8 @@ package final class DirectoryWalk: Sendable {
         var descriptors = 0
         var peakDescriptors = 0
         var failure: IOError?
+        /// With `continuesAfterFailures`: directories that failed, not yet handed over.
+        var skipped: [IOError] = []
         var cancelled = false
         var waiter: UnsafeContinuation<Next, Never>?
 
@@ -83,12 +88,17 @@ package final class DirectoryWalk: Sendable {
     let root: Directory
     let recursive: Bool
     let limits: Limits
+    /// A directory that cannot be read is handed over as `.skipped` and the
+    /// walk goes on with the others (`IO.copyItem` with an error handler);
+    /// otherwise its error ends the walk.
+    let continuesAfterFailures: Bool
     private let state = Locked(State())
 
-    init(shown: FilePath, opened: FilePath, recursive: Bool, limits: Limits) {
+    init(shown: FilePath, opened: FilePath, recursive: Bool, limits: Limits, continuesAfterFailures: Bool = false) {
         root = Directory(shown: shown, opened: opened, isRoot: true)
         self.recursive = recursive
         self.limits = limits
+        self.continuesAfterFailures = continuesAfterFailures
     }
 
     /// The most directories this walk has had open at once.
@@ -125,6 +135,7 @@ package final class DirectoryWalk: Sendable {
     /// What the consumer can have now, if anything.
     private static func ready(_ s: inout State) -> Next? {
         if let batch = s.batches.popFirst() { return .batch(batch) }
+        if !s.skipped.isEmpty { return .skipped(s.skipped.removeFirst()) }
         if let failure = s.failure { return .failure(failure) }
         if s.cancelled { return .end }
         if s.isDone { return .end }
@@ -203,7 +214,13 @@ package final class DirectoryWalk: Sendable {
                 s.open.append(directory)
             }
             if s.cancelled { return nil }
-            if let failure = read.failure, s.failure == nil { s.failure = failure }
+            if let failure = read.failure {
+                if continuesAfterFailures {
+                    s.skipped.append(failure)
+                } else if s.failure == nil {
+                    s.failure = failure
+                }
+            }
             if !read.entries.isEmpty { s.batches.append(read.entries) }
             s.pending.append(contentsOf: read.subdirectories.reversed())
             jobs = schedule(&s)

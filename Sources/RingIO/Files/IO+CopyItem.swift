@@ -10,22 +10,18 @@ import RingIOCopy
 @_spi(Engine) import RingIOEngine
 
 extension IO {
-    /// Files copied at once by `copyItem` of a tree: 8 (each an
-    /// `IO.copyFile`, whose small-file path is one pool worker's run and
-    /// whose large-file path holds at most its own buffers in flight).
-    static let treeCopyWidth = 8
-
     /// Copies the file, symlink or directory tree at `source` to
     /// `destination`.
     ///
     /// A regular file is copied with ``copyFile(from:to:options:engine:)``
     /// and `options` (the copy engine: its plan chooses how the bytes
     /// move); a symlink is created anew with the same target (never
-    /// followed); a directory is created with the source's permissions and
-    /// its tree copied: entries listed by ``directoryEntries(at:recursive:)``
-    /// (never more than 32 directories open), up to eight files copied at
-    /// once. A directory already at a directory's destination is used,
-    /// unless `options.exclusive`. A symlink the copy creates is never
+    /// followed, unless `options.followSymlinks` says so); a directory is
+    /// created with the source's permissions and its tree copied: entries
+    /// listed by ``directoryEntries(at:recursive:)`` (never more than 32
+    /// directories open), up to `options.maximumConcurrentCopies` files
+    /// copied at once. A directory already at a directory's destination is
+    /// used, unless `options.exclusive`. A symlink the copy creates is never
     /// written through: each path is created once.
     ///
     /// `options.preserve` applies to every entry: a file's attributes are
@@ -47,27 +43,190 @@ extension IO {
     ///   - destination: its copy's path.
     ///   - options: how each file is copied (`exclusive`: fail with
     ///     `EEXIST` where anything exists at a destination path;
-    ///     `preserve`: the metadata every entry takes).
+    ///     `preserve`: the metadata every entry takes; `followSymlinks`,
+    ///     `maximumConcurrentCopies`).
     /// - Throws: an ``IOError`` naming the entry that failed and its side;
     ///   the copy stops there (what was copied stays; a file that failed
     ///   leaves nothing under its name).
     public static func copyItem(from source: FilePath, to destination: FilePath,
                                 options: CopyOptions = .init()) async throws(IOError) {
-        let info = try await sourceInfo(source)
-        switch info.type {
-        case .directory:
-            try await copyTree(from: source, to: destination, info: info, options: options)
-        case .symlink:
-            try await copyLink(from: source, to: destination, info: info, options: options)
-        default:
-            _ = try await copyFile(from: source, to: destination, options: options)
+        try await TreeCopy(options: options, handlers: nil).copyItem(from: source, to: destination)
+    }
+
+    /// Copies the file, symlink or directory tree at `source` to
+    /// `destination` as ``copyItem(from:to:options:)`` does, asking
+    /// `onEntry` about each entry before it is copied and `onError` about
+    /// each failure.
+    ///
+    /// `onEntry` is called once for every entry, `source` itself first,
+    /// with its path on both sides and its type (a symlink that
+    /// `options.followSymlinks` follows has the type of what it names). Its
+    /// answer says what happens to it:
+    /// - ``CopyItemAction/copy``: the copy does it, as `copyItem(from:to:options:)` would
+    ///   (a directory is made, its entries visited, its attributes set at the end);
+    /// - ``CopyItemAction/skip``: nothing (a directory's entries are not visited);
+    /// - ``CopyItemAction/copied``: the handler has copied it itself (a
+    ///   directory: the handler made the directory, or chose to use the one
+    ///   there; its entries are visited, and nothing is set on it).
+    ///
+    /// A directory's `onEntry` returns before any of its entries' is
+    /// called; entries that are not directories are handled up to
+    /// `options.maximumConcurrentCopies` at once, so both handlers must be
+    /// safe to call from several tasks. With `maximumConcurrentCopies` 1,
+    /// every call comes in the order the entries are listed, one at a time.
+    ///
+    /// `onError` gets each failure of the copy's own work: the source that
+    /// cannot be stat'ed, a directory that cannot be listed or made, an
+    /// entry answered `.copy` that fails, a symlink loop. ``CopyItemErrorAction/stop``
+    /// ends the copy, which throws that error; ``CopyItemErrorAction/continue`` goes on
+    /// without the entry (a directory: without its entries), and the copy
+    /// then returns normally. Cancelling the task stops the copy with
+    /// `ECANCELED` whatever `onError` says. This is how `ringcp -r`
+    /// applies cp's rules (`-n`, `-i`, `-u`, backups, messages) and goes on
+    /// after an error, as cp does:
+    ///
+    /// ```swift
+    /// try await IO.copyItem(from: "photos", to: "/mnt/usb/photos", onEntry: { entry in
+    ///     // Leave out what is already there; copy the rest.
+    ///     if entry.type != .directory, (try? await IO.info(at: entry.destination)) != nil { return .skip }
+    ///     return .copy
+    /// }, onError: { error in
+    ///     print("not copied: \(error)")
+    ///     return .continue
+    /// })
+    /// ```
+    ///
+    /// - Throws: the ``IOError`` that `onError` answered `.stop` to, or `ECANCELED`.
+    public static func copyItem(from source: FilePath, to destination: FilePath, options: CopyOptions = .init(),
+                                onEntry: @escaping @Sendable (CopyItemEntry) async -> CopyItemAction,
+                                onError: @escaping @Sendable (IOError) async -> CopyItemErrorAction = { _ in .stop })
+        async throws(IOError) {
+        try await TreeCopy(options: options, handlers: TreeCopy.Handlers(onEntry: onEntry, onError: onError))
+            .copyItem(from: source, to: destination)
+    }
+
+    /// One entry that ``copyItem(from:to:options:onEntry:onError:)`` is about to copy.
+    public struct CopyItemEntry: Sendable, Hashable {
+        /// The entry: the source as given, then the names down to it.
+        public var source: FilePath
+        /// Where its copy goes: the destination as given, then the same names.
+        public var destination: FilePath
+        /// What it is (for a followed symlink, what it names).
+        public var type: FileInfo.FileType
+        /// The item the copy was called with, not an entry below it.
+        public var isTop: Bool
+
+        /// An entry; the copy makes them.
+        public init(source: FilePath, destination: FilePath, type: FileInfo.FileType, isTop: Bool) {
+            self.source = source
+            self.destination = destination
+            self.type = type
+            self.isTop = isTop
         }
     }
 
-    /// The source entry's own info (a symlink not followed), its errors on the source side.
-    private static func sourceInfo(_ path: FilePath) async throws(IOError) -> FileInfo {
+    /// What ``copyItem(from:to:options:onEntry:onError:)`` does with an entry.
+    public enum CopyItemAction: Sendable, Hashable {
+        /// Copy it (a directory: make it and visit its entries).
+        case copy
+        /// Leave it (a directory: and its entries) out.
+        case skip
+        /// The handler copied it (a directory: made it, or uses the one there); visit a directory's entries.
+        case copied
+    }
+
+    /// What ``copyItem(from:to:options:onEntry:onError:)`` does after a failure.
+    public enum CopyItemErrorAction: Sendable, Hashable {
+        /// End the copy, throwing the error.
+        case stop
+        /// Go on with the other entries.
+        case `continue`
+    }
+}
+
+/// One `copyItem`: its options and the caller's handlers (nil: copy every
+/// entry, stop at the first error).
+private struct TreeCopy: Sendable {
+    struct Handlers: Sendable {
+        let onEntry: @Sendable (IO.CopyItemEntry) async -> IO.CopyItemAction
+        let onError: @Sendable (IOError) async -> IO.CopyItemErrorAction
+    }
+
+    /// A directory's device and inode.
+    struct Identity: Hashable {
+        let device: UInt64
+        let inode: UInt64
+        init(_ info: FileInfo) {
+            device = info.device
+            inode = info.inode
+        }
+    }
+
+    /// A directory of the copy, finished once its entries are in.
+    struct TreeDirectory: Sendable {
+        let path: FilePath
+        let info: FileInfo
+        let created: Bool
+    }
+
+    let options: IO.CopyOptions
+    let handlers: Handlers?
+
+    func copyItem(from source: FilePath, to destination: FilePath) async throws(IOError) {
+        let info: FileInfo
         do throws(IOError) {
-            return try await IO.info(at: path, followingSymlinks: false)
+            info = try await sourceInfo(source, following: options.followSymlinks != .never)
+        } catch {
+            return try await failed(error)
+        }
+        try await copyEntry(source, to: destination, info: info, isTop: true, ancestors: [])
+    }
+
+    /// A failure: thrown, unless `onError` says to go on.
+    func failed(_ error: IOError) async throws(IOError) {
+        guard let handlers, error.errno != .canceled else { throw error }
+        if await handlers.onError(error) == .stop { throw error }
+    }
+
+    func action(_ entry: IO.CopyItemEntry) async -> IO.CopyItemAction {
+        guard let handlers else { return .copy }
+        return await handlers.onEntry(entry)
+    }
+
+    /// An entry that is not below a directory being walked here: the top
+    /// item, or a directory reached through a followed symlink.
+    /// - Parameter ancestors: the directories above it (a symlink to one of them is a loop).
+    func copyEntry(_ source: FilePath, to destination: FilePath, info: FileInfo, isTop: Bool,
+                   ancestors: [Identity]) async throws(IOError) {
+        let action = await action(IO.CopyItemEntry(source: source, destination: destination, type: info.type,
+                                                    isTop: isTop))
+        if action == .skip { return }
+        if info.type == .directory {
+            return try await copyTree(from: source, to: destination, info: info, make: action == .copy,
+                                      ancestors: ancestors)
+        }
+        guard action == .copy else { return }
+        do throws(IOError) {
+            try await copyOne(source, to: destination, type: info.type, info: info)
+        } catch {
+            try await failed(error)
+        }
+    }
+
+    /// A file or a symlink (`info`: the symlink's own, if known).
+    func copyOne(_ source: FilePath, to destination: FilePath, type: FileInfo.FileType,
+                 info: FileInfo?) async throws(IOError) {
+        if type == .symlink {
+            try await copyLink(from: source, to: destination, info: info)
+        } else {
+            _ = try await IO.copyFile(from: source, to: destination, options: options)
+        }
+    }
+
+    /// The source entry's info (a symlink followed or not), its errors on the source side.
+    func sourceInfo(_ path: FilePath, following: Bool = false) async throws(IOError) -> FileInfo {
+        do throws(IOError) {
+            return try await IO.info(at: path, followingSymlinks: following)
         } catch {
             var error = error
             error.side = .source
@@ -77,14 +236,13 @@ extension IO {
 
     /// A symlink: the same target at `destination` (`info`: the source
     /// link's own, for `preserve`; nil: looked up if needed).
-    private static func copyLink(from source: FilePath, to destination: FilePath, info: FileInfo?,
-                                 options: CopyOptions) async throws(IOError) {
-        let target = try await destinationOfSymbolicLink(at: source)
+    func copyLink(from source: FilePath, to destination: FilePath, info: FileInfo?) async throws(IOError) {
+        let target = try await IO.destinationOfSymbolicLink(at: source)
         do throws(IOError) {
-            try await createSymbolicLink(at: destination, withDestination: target)
+            try await IO.createSymbolicLink(at: destination, withDestination: target)
         } catch .fileExists where !options.exclusive {
-            try await removeItem(at: destination)
-            try await createSymbolicLink(at: destination, withDestination: target)
+            try await IO.removeItem(at: destination)
+            try await IO.createSymbolicLink(at: destination, withDestination: target)
         }
         let preserve = options.preserve.subtracting(.permissions)  // Linux keeps no permissions on a symlink
         if !preserve.isEmpty {
@@ -95,9 +253,9 @@ extension IO {
     }
 
     /// `preserve` of `info` onto the entry at `path`, on a pool worker.
-    private static func setAttributes(_ preserve: CopyOptions.Preserved, of info: FileInfo, at path: FilePath,
-                                      followingSymlinks: Bool) async throws(IOError) {
-        try await blocking { () -> Result<Void, IOError> in
+    func setAttributes(_ preserve: IO.CopyOptions.Preserved, of info: FileInfo, at path: FilePath,
+                       followingSymlinks: Bool) async throws(IOError) {
+        try await IO.blocking { () -> Result<Void, IOError> in
             Result { () throws(IOError) in
                 do throws(Errno) {
                     try AttributeCopy.apply(preserve, owner: (info.ownerID, info.groupID), permissions: info.permissions,
@@ -113,14 +271,13 @@ extension IO {
     /// A directory `destination`, writable by its owner until `finishDirectory`
     /// (an existing one is used, unless `exclusive`).
     /// - Returns: whether it was created.
-    private static func makeDirectory(_ destination: FilePath, permissions: FilePermissions,
-                                      exclusive: Bool) async throws(IOError) -> Bool {
+    func makeDirectory(_ destination: FilePath, permissions: FilePermissions) async throws(IOError) -> Bool {
         do throws(IOError) {
-            try await createDirectory(at: destination, permissions: permissions.union(.ownerReadWriteExecute))
+            try await IO.createDirectory(at: destination, permissions: permissions.union(.ownerReadWriteExecute))
             return true
-        } catch .fileExists where !exclusive {
+        } catch .fileExists where !options.exclusive {
             let existing: FileInfo
-            do throws(IOError) { existing = try await info(at: destination, followingSymlinks: false) } catch {
+            do throws(IOError) { existing = try await IO.info(at: destination, followingSymlinks: false) } catch {
                 var error = error
                 error.side = .destination
                 throw error
@@ -138,68 +295,148 @@ extension IO {
 
     /// A directory whose entries are all copied: the source's permissions
     /// (where the copy made it, or `preserve` asks), then `preserve`'s owner and times.
-    private static func finishDirectory(_ directory: TreeDirectory, options: CopyOptions) async throws(IOError) {
-        var preserve = options.preserve
+    func finishDirectory(_ directory: TreeDirectory, preserving: IO.CopyOptions.Preserved) async throws(IOError) {
+        var preserve = preserving
         // Made writable by its owner for its entries: its own bits back.
         if directory.created && !directory.info.permissions.contains(.ownerReadWriteExecute) { preserve.insert(.permissions) }
         if preserve.isEmpty { return }
         try await setAttributes(preserve, of: directory.info, at: directory.path, followingSymlinks: true)
     }
 
-    /// A directory of the copy, finished once its entries are in.
-    private struct TreeDirectory: Sendable {
-        let path: FilePath
-        let info: FileInfo
-        let created: Bool
-    }
-
     /// A directory and everything under it.
-    private static func copyTree(from source: FilePath, to destination: FilePath, info: FileInfo,
-                                 options: CopyOptions) async throws(IOError) {
-        let created = try await makeDirectory(destination, permissions: info.permissions, exclusive: options.exclusive)
+    /// - Parameter make: the copy makes `destination` (else the caller's `onEntry` did).
+    func copyTree(from source: FilePath, to destination: FilePath, info: FileInfo, make: Bool,
+                  ancestors: [Identity]) async throws(IOError) {
         // Finished deepest first, once every entry is copied (one record a
-        // directory: the walk lists each before its entries).
-        var directories = [TreeDirectory(path: destination, info: info, created: created)]
+        // directory the copy made: the walk lists each before its entries).
+        var directories: [TreeDirectory] = []
+        if make {
+            do throws(IOError) {
+                let created = try await makeDirectory(destination, permissions: info.permissions)
+                directories.append(TreeDirectory(path: destination, info: info, created: created))
+            } catch {
+                return try await failed(error)
+            }
+        }
+        let follows = options.followSymlinks == .always
+        let ancestors = ancestors + [Identity(info)]
+        // The directories of this walk by path (only to find a followed symlink's ancestors).
+        var identities: [FilePath: Identity] = [:]
+        // Directories whose entries are left out (skipped, or failed).
+        var skipped: [FilePath] = []
+        func isSkipped(_ path: FilePath) -> Bool { !skipped.isEmpty && skipped.contains { path.starts(with: $0) } }
+        let opened = (try? IO.absolute(source).get()) ?? source
+        let owner = DirectoryWalkOwner(DirectoryWalk(shown: source, opened: opened, recursive: true, limits: .recursive,
+                                                     continuesAfterFailures: handlers != nil))
+        let width = max(1, options.maximumConcurrentCopies)
         let result = await withTaskGroup(of: IOError?.self, returning: IOError?.self) { group in
             var running = 0
             var failure: IOError?
             do throws(IOError) {
-                for try await entry in directoryEntries(at: source, recursive: true) {
-                    var relative = entry.path
-                    _ = relative.removePrefix(source)
-                    var target = destination
-                    target.append(relative.components)
-                    if entry.type == .directory {
-                        // Before its entries: the walk lists a directory in
-                        // its parent's batch, before it opens it.
-                        let found = try await sourceInfo(entry.path)
-                        let made = try await makeDirectory(target, permissions: found.permissions, exclusive: options.exclusive)
-                        directories.append(TreeDirectory(path: target, info: found, created: made))
-                        continue
+                walk: while true {
+                    let entries: [DirectoryEntry]
+                    switch await owner.walk.next() {
+                    case .end:
+                        break walk
+                    case .batch(let batch):
+                        entries = batch
+                    case .failure(var error), .skipped(var error):
+                        // The walk's own errors (a directory that cannot be listed) are the source's.
+                        if error.side == nil { error.side = .source }
+                        if error.errno == .canceled { throw error }
+                        if error.path.map(isSkipped) != true { try await failed(error) }
+                        continue walk
                     }
-                    if running == treeCopyWidth, let done = await group.next() {
-                        running -= 1
-                        if let done { throw done }
-                    }
-                    running += 1
-                    let from = entry.path
-                    group.addTask {
-                        do throws(IOError) {
-                            if entry.type == .symlink {
-                                try await copyLink(from: from, to: target, info: nil, options: options)
-                            } else {
-                                _ = try await copyFile(from: from, to: target, options: options)
+                    for entry in entries where !isSkipped(entry.path) {
+                        var relative = entry.path
+                        _ = relative.removePrefix(source)
+                        var target = destination
+                        target.append(relative.components)
+                        var type = entry.type
+                        var found: FileInfo?
+                        if type == .symlink && follows {
+                            do throws(IOError) {
+                                let named = try await sourceInfo(entry.path, following: true)
+                                found = named
+                                type = named.type
+                            } catch {
+                                try await failed(error)
+                                continue
                             }
-                            return nil
-                        } catch {
-                            return error
+                        }
+                        if type == .directory && entry.type == .symlink, let named = found {
+                            if width == 1, running > 0, let done = await group.next() {
+                                running -= 1
+                                if let done { throw done }
+                            }
+                            // A followed symlink to a directory: its tree, unless it contains the link.
+                            var chain = ancestors
+                            var parent = entry.path.removingLastComponent()
+                            while parent != source && parent.starts(with: source) {
+                                if let identity = identities[parent] { chain.append(identity) }
+                                parent = parent.removingLastComponent()
+                            }
+                            if chain.contains(Identity(named)) {
+                                try await failed(IOError(.list, path: entry.path, side: .source,
+                                                         errno: .tooManySymbolicLinkLevels))
+                                continue
+                            }
+                            try await copyEntry(entry.path, to: target, info: named, isTop: false, ancestors: chain)
+                            continue
+                        }
+                        if type == .directory {
+                            // One at a time: the file before it is done first.
+                            if width == 1, running > 0, let done = await group.next() {
+                                running -= 1
+                                if let done { throw done }
+                            }
+                            // Before its entries: the walk lists a directory in
+                            // its parent's batch, before it opens it.
+                            let action = await action(IO.CopyItemEntry(source: entry.path, destination: target,
+                                                                        type: .directory, isTop: false))
+                            if action == .skip {
+                                skipped.append(entry.path)
+                                continue
+                            }
+                            if action == .copied && !follows { continue }
+                            do throws(IOError) {
+                                let found = try await sourceInfo(entry.path)
+                                if follows { identities[entry.path] = Identity(found) }
+                                if action == .copy {
+                                    let made = try await makeDirectory(target, permissions: found.permissions)
+                                    directories.append(TreeDirectory(path: target, info: found, created: made))
+                                }
+                            } catch {
+                                skipped.append(entry.path)
+                                try await failed(error)
+                            }
+                            continue
+                        }
+                        if running == width, let done = await group.next() {
+                            running -= 1
+                            if let done { throw done }
+                        }
+                        running += 1
+                        let from = entry.path
+                        let item = IO.CopyItemEntry(source: from, destination: target, type: type, isTop: false)
+                        let own = entry.type == .symlink && type == .symlink ? nil : found
+                        group.addTask {
+                            guard await action(item) == .copy else { return nil }
+                            do throws(IOError) {
+                                try await copyOne(from, to: target, type: type, info: own)
+                                return nil
+                            } catch {
+                                do throws(IOError) {
+                                    try await failed(error)
+                                    return nil
+                                } catch {
+                                    return error
+                                }
+                            }
                         }
                     }
                 }
             } catch {
-                // The walk's own errors (a directory that cannot be listed) are the source's.
-                var error = error
-                if error.side == nil { error.side = .source }
                 failure = error
             }
             while let done = await group.next() {
@@ -210,10 +447,16 @@ extension IO {
         if let result {
             // What was made stays, but no directory is left writable that should not be.
             for directory in directories.reversed() where directory.created {
-                try? await finishDirectory(directory, options: CopyOptions())
+                try? await finishDirectory(directory, preserving: [])
             }
             throw result
         }
-        for directory in directories.reversed() { try await finishDirectory(directory, options: options) }
+        for directory in directories.reversed() {
+            do throws(IOError) {
+                try await finishDirectory(directory, preserving: options.preserve)
+            } catch {
+                try await failed(error)
+            }
+        }
     }
 }
