@@ -8,6 +8,7 @@ import RingIOTestSupport
 @testable import RingIO
 @testable import RingIOBase
 @testable import RingIOSources
+@testable import RingIOEngine
 
 /// File-system sources (after libdispatch's tests/dispatch_vnode.c, written
 /// anew), on io_uring, io_uring as an old kernel, and the thread pool.
@@ -118,6 +119,30 @@ import RingIOTestSupport
         #expect(seen == .delete)
     }
 
+    /// A file's `.write` source on `engine`, and a change that should reach it.
+    private func expectDelivery(on engine: IOEngine, in dir: TemporaryDirectory, name: String) -> Bool {
+        let path = dir.file(name)
+        close(creat(path, 0o644))
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        let log = SourceLog()
+        let source = IOFileSystemSource(fileDescriptor: FileDescriptor(rawValue: fd), events: [.write],
+                                        queue: IOQueue(label: "fs"), engine: engine)
+        log.attach(source)
+        source.setCancelHandler {
+            close(fd)
+            log.cancelled.signal()
+        }
+        source.activate()
+        #expect(waitUntil { log.registrations.load(ordering: .relaxed) == 1 })
+        let w = open(path, O_WRONLY | O_APPEND)
+        _ = write(w, "x", 1)
+        close(w)
+        let seen = waitUntil(timeout: .seconds(20)) { log.count > 0 }
+        source.cancel()
+        #expect(log.cancelled.wait())
+        return seen
+    }
+
     #if DEBUG
     @Test(arguments: SourceEngine.allCases)
     func watchLimitIsAClearError(_ variant: SourceEngine) throws {
@@ -140,5 +165,53 @@ import RingIOTestSupport
         #expect(log.registrations.load(ordering: .relaxed) == 0)
         #expect(log.count == 0)
     }
+
+    @Test(arguments: SourceEngine.allCases)
+    func failedWatchDoesNotStopOtherSources(_ variant: SourceEngine) throws {
+        // The first source of a new engine fails to get its watch (the
+        // limit): the hub made its inotify fd for it, and must still watch
+        // that fd for the next source.
+        let engine = try variant.make()
+        let dir = TemporaryDirectory()
+        let fd = open(dir.path, O_RDONLY | O_CLOEXEC)
+        defer { close(fd) }
+        let injection = Syscall.Mock.inject(.inotifyAddWatch, errno: .noSpace, scope: .callingThread)
+        let failed = IOFileSystemSource(fileDescriptor: FileDescriptor(rawValue: fd), events: .all,
+                                        queue: IOQueue(label: "fs"), engine: engine)
+        let log = SourceLog()
+        log.attach(failed)
+        failed.activate()
+        #expect(log.cancelled.wait())
+        injection.remove()
+        #expect(failed.registrationError == .noSpace)
+        #expect(expectDelivery(on: engine, in: dir, name: "other"))
+    }
+
+    @Test(arguments: SourceEngine.allCases)
+    func hubWatchErrorIsRearmed(_ variant: SourceEngine) throws {
+        // The engine ends the hub's poll of its inotify fd with an error
+        // (injected: the first poll fails with EIO): the hub watches the
+        // fd again, and the sources still get their events.
+        let engine = try variant.make()
+        engine.faults.add(.init(target: .polls, fault: .fail(EIO), times: 1))
+        let dir = TemporaryDirectory()
+        #expect(expectDelivery(on: engine, in: dir, name: "f"))
+        #expect(engine.faults.injected == 1)
+    }
     #endif
+
+    @Test(arguments: SourceEngine.allCases)
+    func privateEngineIsReleasedAfterItsSources(_ variant: SourceEngine) throws {
+        // engine → inotify hub → its watch → engine was a cycle: a private
+        // engine that ever had a file-system source was never released
+        // (nor its ring thread, nor the inotify fd).
+        weak var released: IOEngine?
+        try {
+            let engine = try variant.make()
+            released = engine
+            let dir = TemporaryDirectory()
+            #expect(expectDelivery(on: engine, in: dir, name: "f"))
+        }()
+        #expect(waitUntil(timeout: .seconds(60)) { released == nil })
+    }
 }

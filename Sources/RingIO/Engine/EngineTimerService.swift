@@ -65,10 +65,27 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
     init(backend: any EngineBackend, clock: clockid_t) {
         self.backend = backend
         self.clock = clock
-        self.base = .now
-        var now = timespec()
-        clock_gettime(clock, &now)
-        self.baseClockNanoseconds = Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+        (self.base, self.baseClockNanoseconds) = Self.calibrate(clock)
+    }
+
+    /// A `ContinuousClock` instant and the kernel clock's reading just
+    /// after it, from the tightest of a few tries: a thread preempted (or
+    /// a first vDSO call faulting) between the two reads would otherwise
+    /// make every deadline late by that gap, for the engine's whole life.
+    private static func calibrate(_ clock: clockid_t) -> (ContinuousClock.Instant, Int64) {
+        func kernelNow() -> Int64 {
+            var t = timespec()
+            clock_gettime(clock, &t)
+            return Int64(t.tv_sec) * 1_000_000_000 + Int64(t.tv_nsec)
+        }
+        var best: (instant: ContinuousClock.Instant, after: Int64, width: Int64)?
+        for _ in 0..<16 {
+            let before = kernelNow()
+            let instant = ContinuousClock.now
+            let after = kernelNow()
+            if best == nil || after - before < best!.width { best = (instant, after, after - before) }
+        }
+        return (best!.instant, best!.after)
     }
 
     /// Nanoseconds from `base`, rounded up (a deadline is never moved earlier).

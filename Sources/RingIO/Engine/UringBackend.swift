@@ -112,7 +112,8 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     private let enterCounter = Atomic<UInt64>(0)
     var enterCalls: UInt64 { enterCounter.load(ordering: .relaxed) }
 
-    private init(ring: UnsafeMutablePointer<io_uring>, eventFD: Int32, description: String, spinNanoseconds: UInt64,
+    /// See `start` (UringBackend+Setup.swift).
+    init(ring: UnsafeMutablePointer<io_uring>, eventFD: Int32, description: String, spinNanoseconds: UInt64,
                  tables: RingTables, oldKernel: Bool) {
         self.spin = IdleSpin(budget: spinNanoseconds)
         self.tables = tables
@@ -133,83 +134,6 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     deinit {
         eventBuffer.deallocate()
         ring.deallocate()
-    }
-
-    /// Creates the ring on a new ring thread and starts its loop.
-    ///
-    /// - Throws: the `io_uring_setup` error (ENOSYS, EPERM, ENOMEM, ...).
-    static func start(entries: Int, spinNanoseconds: UInt64, registerBuffers: Bool,
-                      fileSlots: Int, oldKernel: Bool = false) throws(Errno) -> UringBackend {
-        // @unchecked: written by the ring thread before `lock.signal`, read
-        // by the starter after waking, both under `lock`.
-        final class Handoff: @unchecked Sendable {
-            let lock = ConditionLock()
-            var done = false
-            var result: Result<UringBackend, Errno> = .failure(.invalidArgument)
-        }
-        let handoff = Handoff()
-        let entries = UInt32(Swift.min(Swift.max(entries, 2), 32768))
-        let rc = spawnThread(name: "ringio-ring") {
-            let result = setUp(entries: entries, spinNanoseconds: spinNanoseconds,
-                               registerBuffers: registerBuffers, fileSlots: fileSlots, oldKernel: oldKernel)
-            let backend = try? result.get()
-            handoff.lock.withLock {
-                handoff.result = result
-                handoff.done = true
-                handoff.lock.signal()
-            }
-            backend?.run()
-        }
-        if rc != 0 { throw Errno(rawValue: rc) }
-        let result = handoff.lock.withLock { () -> Result<UringBackend, Errno> in
-            while !handoff.done { handoff.lock.wait() }
-            return handoff.result
-        }
-        return try result.get()
-    }
-
-    /// Runs on the ring thread: io_uring_queue_init_params with the best flags the kernel takes.
-    private static func setUp(entries: UInt32, spinNanoseconds: UInt64, registerBuffers: Bool,
-                              fileSlots: Int, oldKernel: Bool) -> Result<UringBackend, Errno> {
-        let ring = UnsafeMutablePointer<io_uring>.allocate(capacity: 1)
-        var attempts: [(UInt32, String)] = [
-            (cliburing_setup_single_issuer() | cliburing_setup_defer_taskrun(), "SINGLE_ISSUER|DEFER_TASKRUN"),
-            (cliburing_setup_coop_taskrun(), "COOP_TASKRUN"),
-            (0, "plain"),
-        ]
-        // For measuring the setups against each other (Benchmarks, item 2 of
-        // issue 26): RINGIO_RING_SETUP=coop or plain starts from that one.
-        let tuning = RingTuning.fromEnvironment
-        attempts.removeFirst(tuning.skipSetups)
-        var lastError: Int32 = ENOSYS
-        for (flags, name) in attempts {
-            var params = io_uring_params()
-            params.flags = flags | cliburing_setup_cqsize()
-            params.cq_entries = entries * 2
-            let rc = io_uring_queue_init_params(entries, ring, &params)
-            if rc == 0 {
-                let efd: Int32
-                do throws(Errno) { efd = try Syscall.eventfd(flags: Int32(EFD_CLOEXEC)) } catch {
-                    io_uring_queue_exit(ring)
-                    ring.deallocate()
-                    return .failure(error)
-                }
-                let tables = RingTables(ring: ring, buffers: registerBuffers, files: fileSlots)
-                // The ring's fd in the task's registered-ring table: each
-                // io_uring_enter then skips the fd lookup (fdget/fdput), as
-                // fio and t/io_uring do. Only the ring thread enters this ring.
-                var description = name
-                if tuning.registerRingFD && io_uring_register_ring_fd(ring) == 1 { description += ", registered ring fd" }
-                return .success(UringBackend(ring: ring, eventFD: efd, description: description,
-                                             spinNanoseconds: spinNanoseconds, tables: tables,
-                                             oldKernel: oldKernel))
-            }
-            lastError = -rc
-            // Only an unknown flag (EINVAL) is worth another attempt.
-            if lastError != EINVAL { break }
-        }
-        ring.deallocate()
-        return .failure(Errno(rawValue: lastError))
     }
 
     // MARK: - submission (any thread)
@@ -284,7 +208,8 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
 
     // MARK: - the ring thread
 
-    private func run() {
+    /// The ring thread's loop, from `start` until the engine shuts down.
+    func run() {
         var cqes = [UnsafeMutablePointer<io_uring_cqe>?](repeating: nil, count: 256)
         var results: [(UInt64, Int32, UInt32)] = []
         results.reserveCapacity(256)
@@ -535,23 +460,5 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         }
         request.engineState = .done
         request.complete(res)
-    }
-}
-
-/// The ring setup asked for in the environment, for benchmarks:
-/// `RINGIO_RING_SETUP` (`coop`: start from COOP_TASKRUN; `plain`: no flags)
-/// and `RINGIO_RING_FD=0` (leave the ring's fd unregistered). Unset: the
-/// best setup the kernel takes, with the ring's fd registered.
-struct RingTuning {
-    var skipSetups = 0
-    var registerRingFD = true
-
-    static var fromEnvironment: RingTuning {
-        var tuning = RingTuning()
-        if let value = getenv("RINGIO_RING_SETUP").map({ String(cString: $0) }) {
-            tuning.skipSetups = value == "coop" ? 1 : value == "plain" ? 2 : 0
-        }
-        if let value = getenv("RINGIO_RING_FD"), String(cString: value) == "0" { tuning.registerRingFD = false }
-        return tuning
     }
 }
