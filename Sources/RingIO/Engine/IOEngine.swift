@@ -188,7 +188,8 @@ public final class IOEngine: Sendable {
                 self.core = uring
                 self.queue = IOQueue(label: "ringio.engine", runner: uring)
                 self.readBudget = ReadBudget(limit: configuration.readBufferLimit, queue: queue)
-                self.timers = EngineTimerService(backend: uring, clock: uring.timeoutClock)
+                self.timers = EngineTimerService(backend: uring, clock: uring.timeoutClock,
+                                                 spin: RingTuning.fromEnvironment.timersWakeEarly ? uring.spin : nil)
                 self.backend = .ioUring
                 self.fallbackReason = nil
                 return

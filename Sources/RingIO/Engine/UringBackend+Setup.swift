@@ -47,15 +47,22 @@ extension UringBackend {
     fileprivate static func setUp(entries: UInt32, spinNanoseconds: UInt64, registerBuffers: Bool,
                               fileSlots: Int, oldKernel: Bool) -> Result<UringBackend, Errno> {
         let ring = UnsafeMutablePointer<io_uring>.allocate(capacity: 1)
+        // TASKRUN_FLAG: the kernel flags held completions in the SQ ring, so
+        // the ring thread can poll for them without a system call (see
+        // `pollsBeforeWaiting`); each setup is tried without it too.
+        let flag = cliburing_setup_taskrun_flag()
         var attempts: [(UInt32, String)] = [
+            (cliburing_setup_single_issuer() | cliburing_setup_defer_taskrun() | flag, "SINGLE_ISSUER|DEFER_TASKRUN|TASKRUN_FLAG"),
             (cliburing_setup_single_issuer() | cliburing_setup_defer_taskrun(), "SINGLE_ISSUER|DEFER_TASKRUN"),
+            (cliburing_setup_coop_taskrun() | flag, "COOP_TASKRUN|TASKRUN_FLAG"),
             (cliburing_setup_coop_taskrun(), "COOP_TASKRUN"),
             (0, "plain"),
         ]
         // For measuring the setups against each other (Benchmarks, item 2 of
         // issue 26): RINGIO_RING_SETUP=coop or plain starts from that one.
         let tuning = RingTuning.fromEnvironment
-        attempts.removeFirst(tuning.skipSetups)
+        // (`skipSetups` counts kinds of setup: coop starts at the third, plain at the fifth.)
+        attempts.removeFirst([0, 2, 4][tuning.skipSetups])
         var lastError: Int32 = ENOSYS
         for (flags, name) in attempts {
             var params = io_uring_params()
@@ -77,7 +84,7 @@ extension UringBackend {
                 if tuning.registerRingFD && io_uring_register_ring_fd(ring) == 1 { description += ", registered ring fd" }
                 return .success(UringBackend(ring: ring, eventFD: efd, description: description,
                                              spinNanoseconds: spinNanoseconds, tables: tables,
-                                             oldKernel: oldKernel))
+                                             oldKernel: oldKernel, taskrunFlag: flags & flag != 0))
             }
             lastError = -rc
             // Only an unknown flag (EINVAL) is worth another attempt.
@@ -90,11 +97,15 @@ extension UringBackend {
 
 /// The ring setup asked for in the environment, for benchmarks:
 /// `RINGIO_RING_SETUP` (`coop`: start from COOP_TASKRUN; `plain`: no flags)
-/// and `RINGIO_RING_FD=0` (leave the ring's fd unregistered). Unset: the
+/// `RINGIO_RING_FD=0` (leave the ring's fd unregistered) and
+/// `RINGIO_TIMER_EARLY=0` (timeouts at their deadline). Unset: the
 /// best setup the kernel takes, with the ring's fd registered.
 struct RingTuning {
     var skipSetups = 0
     var registerRingFD = true
+    /// `RINGIO_TIMER_EARLY=0`: timeouts armed for their deadline exactly
+    /// (no early wake-up and poll: see `EngineTimerService.alarmEnded`).
+    var timersWakeEarly = true
 
     static var fromEnvironment: RingTuning {
         var tuning = RingTuning()
@@ -102,6 +113,7 @@ struct RingTuning {
             tuning.skipSetups = value == "coop" ? 1 : value == "plain" ? 2 : 0
         }
         if let value = getenv("RINGIO_RING_FD"), String(cString: value) == "0" { tuning.registerRingFD = false }
+        if let value = getenv("RINGIO_TIMER_EARLY"), String(cString: value) == "0" { tuning.timersWakeEarly = false }
         return tuning
     }
 }

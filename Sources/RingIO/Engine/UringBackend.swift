@@ -60,6 +60,9 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     /// `ContinuousClock` on Linux) where the kernel has
     /// `IORING_TIMEOUT_BOOTTIME` (5.15), else `CLOCK_MONOTONIC`.
     let timeoutClock: clockid_t
+    /// The ring has `IORING_SETUP_TASKRUN_FLAG`: completions the kernel
+    /// holds for the next `io_uring_enter` show in the SQ ring's flags.
+    let taskrunFlag: Bool
     /// The thread id of the ring thread (for signals forwarded to it).
     let threadID = Atomic<Int32>(0)
 
@@ -82,6 +85,9 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     @exclusivity(unchecked) var ringDrainsRunning: [IOQueue] = []
     /// The ring thread has seen `stopping` (ring thread only).
     @exclusivity(unchecked) var ringStopping = false
+    /// The last wait for a completion was shorter than the idle poll: poll
+    /// before the next one (ring thread only; see `run`, step 4).
+    @exclusivity(unchecked) private var pollsBeforeWaiting = false
 
     /// How long an idle ring thread polls for new work before it sleeps
     /// (paused while the machine is busy: see `IdleSpin`).
@@ -114,7 +120,8 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
 
     /// See `start` (UringBackend+Setup.swift).
     init(ring: UnsafeMutablePointer<io_uring>, eventFD: Int32, description: String, spinNanoseconds: UInt64,
-                 tables: RingTables, oldKernel: Bool) {
+                 tables: RingTables, oldKernel: Bool, taskrunFlag: Bool) {
+        self.taskrunFlag = taskrunFlag
         self.spin = IdleSpin(budget: spinNanoseconds)
         self.tables = tables
         self.ring = ring
@@ -274,8 +281,15 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             }
 
             // 4. Submit; reap; wait for a completion if there is nothing else to do.
+            //    When completions have been coming faster than a wake-up
+            //    (the last wait was shorter than the idle poll: readiness
+            //    ping-pong, a timer's early wake), poll the SQ ring's
+            //    TASKRUN flag for the next one first, as an idle ring thread
+            //    polls for requests: it then costs no wake-up.
             var waiting = false
-            if cliburing_cq_ready(ring) == 0 && outstanding > 0 && ringDrains.isEmpty && ringInbox.isEmpty {
+            var polled = false
+            if cliburing_cq_ready(ring) == 0 && outstanding > 0 && ringDrains.isEmpty && ringInbox.isEmpty
+                && !(pollsBeforeWaiting && { polled = pollForCompletion(); return polled }()) {
                 lock.lock()
                 if (inbox.isEmpty && drainInbox.isEmpty) || stop {
                     sleeping = true
@@ -284,12 +298,19 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                 lock.unlock()
             }
             enterCounter.add(1, ordering: .relaxed)
+            let waitStart = waiting && taskrunFlag ? monotonicNanoseconds() : 0
             let rc = waiting ? io_uring_submit_and_wait(ring, 1) : io_uring_submit_and_get_events(ring)
             if waiting {
+                if taskrunFlag { pollsBeforeWaiting = monotonicNanoseconds() &- waitStart < spin.budget }
                 lock.lock()
                 sleeping = false
                 wakePending = false
                 lock.unlock()
+            }
+            if polled && cliburing_cq_ready(ring) == 0 && !hasWork.load(ordering: .relaxed) {
+                // The flag was set but the enter posted nothing: stop
+                // polling until a short wait says otherwise.
+                pollsBeforeWaiting = false
             }
             if rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME {
                 fatalError("RingIO: io_uring_enter failed unexpectedly: \(Errno(rawValue: -rc))")
@@ -314,6 +335,22 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         // The ring thread is gone: the pool runs what is left of the ring queues.
         for q in drains + ringDrains { WorkerPool.shared.submit(.drain(q)) }
         ringDrains = []
+    }
+
+    /// Ring thread, about to wait for a completion: submits what the SQ
+    /// holds, then polls (within `spin`'s budget) for a completion or new
+    /// work; whether one came (then the turn goes on without waiting).
+    private func pollForCompletion() -> Bool {
+        guard taskrunFlag, spin.allowed else { return false }
+        if io_uring_sq_ready(ring) > 0 {
+            enterCounter.add(1, ordering: .relaxed)
+            _ = io_uring_submit(ring)
+        }
+        let ready = spin.poll {
+            cliburing_sq_taskrun(ring) != 0 || cliburing_cq_ready(ring) > 0 || hasWork.load(ordering: .acquiring)
+        }
+        if !ready { pollsBeforeWaiting = false }
+        return ready
     }
 
     /// Ring thread: runs the completions of every CQE that is ready.
