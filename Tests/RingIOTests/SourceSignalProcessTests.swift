@@ -137,10 +137,7 @@ import RingIOTestSupport
     func privateEngineIsReleasedAfterItsSignalSources(_ variant: SourceEngine) throws {
         // The signal hub and its watch must not keep a private engine alive
         // once its sources are cancelled.
-        weak var released: IOEngine?
-        try {
-            let engine = try variant.make()
-            released = engine
+        let released = try isReleased(variant) { engine in
             let log = SourceLog()
             let source = IOSignalSource(signal: SIGUSR2, queue: IOQueue(label: "s"), engine: engine)
             log.attach(source)
@@ -150,8 +147,8 @@ import RingIOTestSupport
             #expect(waitUntil { log.total == 1 })
             source.cancel()
             #expect(log.cancelled.wait())
-        }()
-        #expect(waitUntil(timeout: .seconds(60)) { released == nil })
+        }
+        #expect(released)
     }
 }
 

@@ -84,7 +84,8 @@ extension UringBackend {
                 if tuning.registerRingFD && io_uring_register_ring_fd(ring) == 1 { description += ", registered ring fd" }
                 return .success(UringBackend(ring: ring, eventFD: efd, description: description,
                                              spinNanoseconds: spinNanoseconds, tables: tables,
-                                             oldKernel: oldKernel, taskrunFlag: flags & flag != 0))
+                                             oldKernel: oldKernel,
+                                             taskrunFlag: flags & flag != 0 && tuning.pollsBeforeWaiting))
             }
             lastError = -rc
             // Only an unknown flag (EINVAL) is worth another attempt.
@@ -98,7 +99,8 @@ extension UringBackend {
 /// The ring setup asked for in the environment, for benchmarks:
 /// `RINGIO_RING_SETUP` (`coop`: start from COOP_TASKRUN; `plain`: no flags)
 /// `RINGIO_RING_FD=0` (leave the ring's fd unregistered) and
-/// `RINGIO_TIMER_EARLY=0` (timeouts at their deadline). Unset: the
+/// `RINGIO_TIMER_EARLY=0` (timeouts at their deadline), `RINGIO_RING_POLL=0`
+/// (no poll for completions before a wait). Unset: the
 /// best setup the kernel takes, with the ring's fd registered.
 struct RingTuning {
     var skipSetups = 0
@@ -106,6 +108,9 @@ struct RingTuning {
     /// `RINGIO_TIMER_EARLY=0`: timeouts armed for their deadline exactly
     /// (no early wake-up and poll: see `EngineTimerService.alarmEnded`).
     var timersWakeEarly = true
+    /// `RINGIO_RING_POLL=0`: the ring thread never polls the TASKRUN flag
+    /// before a wait (see `UringBackend.pollForCompletion`).
+    var pollsBeforeWaiting = true
 
     static var fromEnvironment: RingTuning {
         var tuning = RingTuning()
@@ -114,6 +119,7 @@ struct RingTuning {
         }
         if let value = getenv("RINGIO_RING_FD"), String(cString: value) == "0" { tuning.registerRingFD = false }
         if let value = getenv("RINGIO_TIMER_EARLY"), String(cString: value) == "0" { tuning.timersWakeEarly = false }
+        if let value = getenv("RINGIO_RING_POLL"), String(cString: value) == "0" { tuning.pollsBeforeWaiting = false }
         return tuning
     }
 }

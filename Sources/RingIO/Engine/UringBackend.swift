@@ -337,15 +337,12 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         ringDrains = []
     }
 
-    /// Ring thread, about to wait for a completion: submits what the SQ
-    /// holds, then polls (within `spin`'s budget) for a completion or new
-    /// work; whether one came (then the turn goes on without waiting).
+    /// Ring thread, about to wait for a completion with nothing to submit:
+    /// polls (within `spin`'s budget) for a completion or new work; whether
+    /// one came (then the turn goes on without waiting). With SQEs to
+    /// submit it does not poll (that would take a second `io_uring_enter`).
     private func pollForCompletion() -> Bool {
-        guard taskrunFlag, spin.allowed else { return false }
-        if io_uring_sq_ready(ring) > 0 {
-            enterCounter.add(1, ordering: .relaxed)
-            _ = io_uring_submit(ring)
-        }
+        guard taskrunFlag, io_uring_sq_ready(ring) == 0, spin.allowed else { return false }
         let ready = spin.poll {
             cliburing_sq_taskrun(ring) != 0 || cliburing_cq_ready(ring) > 0 || hasWork.load(ordering: .acquiring)
         }
