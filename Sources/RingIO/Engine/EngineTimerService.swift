@@ -177,7 +177,8 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
     /// `early` nanoseconds before it.
     private func makeAlarm(_ deadline: Int64, early: Int64) -> IORequest {
         let kernelDeadline = deadline &- early
-        let storage = TimeoutStorage(nanoseconds: baseClockNanoseconds &+ kernelDeadline, deadline: kernelDeadline)
+        let storage = TimeoutStorage(nanoseconds: baseClockNanoseconds &+ kernelDeadline, deadline: kernelDeadline,
+                                     sleeps: kernelDeadline > now)
         // The completion holds the service: the engine cancels the request
         // when it shuts down, which ends the cycle.
         return IORequest(.timeout(deadline: UnsafePointer(storage.pointer)), owner: storage) { [self] res in
@@ -211,7 +212,7 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
                         s.dead = true
                         return nil
                     }
-                    if res == -ETIME {
+                    if res == -ETIME && storage.sleeps {
                         s.wakeLatency += (Swift.min(t - storage.deadline, 4 * Self.maximumEarly) - s.wakeLatency) / 8
                     }
                 }
@@ -257,9 +258,13 @@ private final class TimeoutStorage: Sendable {
     nonisolated(unsafe) let pointer: UnsafeMutablePointer<__kernel_timespec>
     /// The timeout's moment in the service's nanoseconds (for its wake latency).
     let deadline: Int64
+    /// The moment was ahead when the timeout was made: its end is a
+    /// wake-up whose latency the service learns (not an overdue timer's).
+    let sleeps: Bool
 
-    init(nanoseconds: Int64, deadline: Int64) {
+    init(nanoseconds: Int64, deadline: Int64, sleeps: Bool) {
         self.deadline = deadline
+        self.sleeps = sleeps
         pointer = .allocate(capacity: 1)
         let ns = max(0, nanoseconds)
         pointer.initialize(to: __kernel_timespec(tv_sec: ns / 1_000_000_000, tv_nsec: ns % 1_000_000_000))
