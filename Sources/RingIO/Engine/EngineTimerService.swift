@@ -68,7 +68,7 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
     /// timeout is armed for its deadline exactly.
     private let spin: IdleSpin?
     /// The most a timeout is armed before its deadline.
-    static let maximumEarly: Int64 = 100_000
+    static let maximumEarly: Int64 = 200_000
 
     private let state = Locked(State())
     /// The engine's backend. It holds this service back only through the
@@ -166,11 +166,12 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
         }
     }
 
-    /// How early to arm a timeout: the recent wake latency, while polling
-    /// is allowed; else 0.
+    /// How early to arm a timeout, while polling is allowed (else 0): two
+    /// recent wake latencies, one for the ring thread and one for the
+    /// worker it wakes then, so that both are up by the deadline.
     private func early(_ s: State) -> Int64 {
         guard let spin, spin.allowed else { return 0 }
-        return Swift.min(Swift.max(s.wakeLatency, 0), Self.maximumEarly)
+        return Swift.min(Swift.max(2 * s.wakeLatency, 0), Self.maximumEarly)
     }
 
     /// A timeout request for `deadline` (nanoseconds from `base`), armed
@@ -213,7 +214,7 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
                         return nil
                     }
                     if res == -ETIME && storage.sleeps {
-                        s.wakeLatency += (Swift.min(t - storage.deadline, 4 * Self.maximumEarly) - s.wakeLatency) / 8
+                        s.wakeLatency += (Swift.min(t - storage.deadline, 2 * Self.maximumEarly) - s.wakeLatency) / 8
                     }
                 }
                 s.spinning = false
