@@ -43,6 +43,12 @@ static inline unsigned cliburing_iosqe_cqe_skip_success(void) { return IOSQE_CQE
 static inline unsigned cliburing_setup_single_issuer(void) { return IORING_SETUP_SINGLE_ISSUER; }
 static inline unsigned cliburing_setup_defer_taskrun(void) { return IORING_SETUP_DEFER_TASKRUN; }
 static inline unsigned cliburing_setup_coop_taskrun(void) { return IORING_SETUP_COOP_TASKRUN; }
+static inline unsigned cliburing_setup_taskrun_flag(void) { return IORING_SETUP_TASKRUN_FLAG; }
+/* With IORING_SETUP_TASKRUN_FLAG: the kernel holds completions that the next
+   io_uring_enter posts (IORING_SQ_TASKRUN). A load, no system call. */
+static inline int cliburing_sq_taskrun(struct io_uring *ring) {
+    return (IO_URING_READ_ONCE(*ring->sq.kflags) & IORING_SQ_TASKRUN) != 0;
+}
 static inline unsigned cliburing_setup_cqsize(void) { return IORING_SETUP_CQSIZE; }
 static inline unsigned cliburing_setup_submit_all(void) { return IORING_SETUP_SUBMIT_ALL; }
 

@@ -8,20 +8,18 @@ import RingIOTestSupport
 @testable import RingIO
 @testable import RingIOBase
 @testable import RingIOSources
+@testable import RingIOEngine
 
 /// File-system sources (after libdispatch's tests/dispatch_vnode.c, written
 /// anew), on io_uring, io_uring as an old kernel, and the thread pool.
 @Suite struct SourceFileSystemTests {
     typealias Event = IOFileSystemSource.Event
 
-    /// The events seen, ORed, once `expected` are all there (or the timeout).
-    private func watch(_ variant: SourceEngine, path: String, events: Event = .all,
-                       _ change: () -> Void, then second: (() -> Void)? = nil,
-                       expect expected: Event) throws -> Event {
-        let engine = try variant.make()
+    /// A source on `path` (opened here, closed by its cancel handler),
+    /// recording into `log`, activated and registered.
+    private func activeSource(path: String, events: Event, engine: IOEngine, log: SourceLog) -> IOFileSystemSource {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         #expect(fd >= 0)
-        let log = SourceLog()
         let source = IOFileSystemSource(fileDescriptor: FileDescriptor(rawValue: fd), events: events,
                                         queue: IOQueue(label: "fs"), engine: engine)
         log.attach(source)
@@ -31,6 +29,16 @@ import RingIOTestSupport
         }
         source.activate()
         #expect(waitUntil { log.registrations.load(ordering: .relaxed) == 1 })
+        return source
+    }
+
+    /// The events seen, ORed, once `expected` are all there (or the timeout).
+    private func watch(_ variant: SourceEngine, path: String, events: Event = .all,
+                       _ change: () -> Void, then second: (() -> Void)? = nil,
+                       expect expected: Event) throws -> Event {
+        let engine = try variant.make()
+        let log = SourceLog()
+        let source = activeSource(path: path, events: events, engine: engine, log: log)
         change()
         let seen = { Event(rawValue: log.deliveries.withLock { $0.reduce(0, |) }) }
         if let second {
@@ -118,6 +126,21 @@ import RingIOTestSupport
         #expect(seen == .delete)
     }
 
+    /// A file's `.write` source on `engine`, and a change that should reach it.
+    private func expectDelivery(on engine: IOEngine, in dir: TemporaryDirectory, name: String) -> Bool {
+        let path = dir.file(name)
+        close(creat(path, 0o644))
+        let log = SourceLog()
+        let source = activeSource(path: path, events: [.write], engine: engine, log: log)
+        let w = open(path, O_WRONLY | O_APPEND)
+        _ = write(w, "x", 1)
+        close(w)
+        let seen = waitUntil(timeout: .seconds(20)) { log.count > 0 }
+        source.cancel()
+        #expect(log.cancelled.wait())
+        return seen
+    }
+
     #if DEBUG
     @Test(arguments: SourceEngine.allCases)
     func watchLimitIsAClearError(_ variant: SourceEngine) throws {
@@ -128,7 +151,6 @@ import RingIOTestSupport
         let fd = open(dir.path, O_RDONLY | O_CLOEXEC)
         defer { close(fd) }
         let injection = Syscall.Mock.inject(.inotifyAddWatch, errno: .noSpace, scope: .callingThread)
-        defer { injection.remove() }
         let log = SourceLog()
         let source = IOFileSystemSource(fileDescriptor: FileDescriptor(rawValue: fd), events: .all,
                                         queue: IOQueue(label: "fs"), engine: engine)
@@ -139,6 +161,33 @@ import RingIOTestSupport
         #expect(source.registrationError == .noSpace)
         #expect(log.registrations.load(ordering: .relaxed) == 0)
         #expect(log.count == 0)
+        injection.remove()
+        // The failed source was the engine's first: the hub made its
+        // inotify fd for it, and must still watch that fd for the next.
+        #expect(expectDelivery(on: engine, in: dir, name: "other"))
+    }
+
+    @Test(arguments: SourceEngine.allCases)
+    func hubWatchErrorIsRearmed(_ variant: SourceEngine) throws {
+        // The engine ends the hub's poll of its inotify fd with an error
+        // (injected: the first poll fails with EIO): the hub watches the
+        // fd again, and the sources still get their events.
+        let engine = try variant.make()
+        engine.faults.add(.init(target: .polls, fault: .fail(EIO), times: 1))
+        let dir = TemporaryDirectory()
+        #expect(expectDelivery(on: engine, in: dir, name: "f"))
+        #expect(engine.faults.injected == 1)
     }
     #endif
+
+    @Test(arguments: SourceEngine.allCases)
+    func privateEngineIsReleasedAfterItsSources(_ variant: SourceEngine) throws {
+        // engine → inotify hub → its watch → engine was a cycle: a private
+        // engine that ever had a file-system source was never released
+        // (nor its ring thread, nor the inotify fd).
+        let released = try isReleased(variant) { engine in
+            #expect(expectDelivery(on: engine, in: TemporaryDirectory(), name: "f"))
+        }
+        #expect(released)
+    }
 }

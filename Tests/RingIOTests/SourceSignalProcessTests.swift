@@ -132,6 +132,24 @@ import RingIOTestSupport
         source.cancel()
         #expect(log.cancelled.wait())
     }
+
+    @Test(arguments: SourceEngine.allCases)
+    func privateEngineIsReleasedAfterItsSignalSources(_ variant: SourceEngine) throws {
+        // The signal hub and its watch must not keep a private engine alive
+        // once its sources are cancelled.
+        let released = try isReleased(variant) { engine in
+            let log = SourceLog()
+            let source = IOSignalSource(signal: SIGUSR2, queue: IOQueue(label: "s"), engine: engine)
+            log.attach(source)
+            source.activate()
+            #expect(waitUntil { log.registrations.load(ordering: .relaxed) == 1 })
+            kill(getpid(), SIGUSR2)
+            #expect(waitUntil { log.total == 1 })
+            source.cancel()
+            #expect(log.cancelled.wait())
+        }
+        #expect(released)
+    }
 }
 
 /// A detached thread for tests (signal senders).

@@ -65,6 +65,18 @@ enum SourceEngine: String, CaseIterable, Sendable, CustomTestStringConvertible {
     }
 }
 
+/// Runs `body` with a new engine of `variant`, then waits (60 s at most)
+/// for the engine to be released; whether it was.
+func isReleased(_ variant: SourceEngine, _ body: (IOEngine) throws -> Void) throws -> Bool {
+    weak var released: IOEngine?
+    try {
+        let engine = try variant.make()
+        released = engine
+        try body(engine)
+    }()
+    return waitUntil(timeout: .seconds(60)) { released == nil }
+}
+
 /// A pipe whose ends close at deinit (unless closed before).
 final class SourcePipe: @unchecked Sendable {
     // @unchecked: the fds are set at init and closed once, by the test's thread.

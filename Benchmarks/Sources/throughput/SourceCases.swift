@@ -16,12 +16,16 @@ enum SourceBench {
     static func main(_ arguments: [String]) -> Never {
         var busyCount = 0
         var seconds = 2.0
+        var only: Set<String>?
         var it = arguments.makeIterator()
         while let a = it.next() {
             switch a {
             case "--busy": busyCount = Int(it.next() ?? "0") ?? 0
             case "--seconds": seconds = Double(it.next() ?? "2") ?? 2
-            default: print("usage: throughput sources [--busy N] [--seconds S]"); exit(2)
+            case "--only": only = Set((it.next() ?? "").split(separator: ",").map(String.init))
+            default:
+                print("usage: throughput sources [--busy N] [--seconds S] [--only timers,many,pingpong,fs,follow,signal,process]")
+                exit(2)
             }
         }
         // Signals: blocked here, before any thread starts, so every thread
@@ -38,34 +42,49 @@ enum SourceBench {
         func row(_ s: String) { print(s); rows.append(s) }
         row("| measurement | RingIO | peer | peer name |")
         row("|---|---|---|---|")
-        let oneShotR = timerOneShot(ringio: true, count: Int(seconds * 300))
-        let oneShotD = timerOneShot(ringio: false, count: Int(seconds * 300))
-        row("| 1 ms one-shot lateness p50 / p99 (µs) | \(oneShotR.text) | \(oneShotD.text) | DispatchSourceTimer |")
-        let repR = timerRepeating(ringio: true, seconds: seconds)
-        let repD = timerRepeating(ringio: false, seconds: seconds)
-        row("| 1 ms repeating lateness p50 / p99 (µs) | \(repR.lateness.text) | \(repD.lateness.text) | DispatchSourceTimer |")
-        row("| 1 ms repeating: fires, drift (fires behind the clock), early | \(repR.fires), \(repR.drift), \(repR.early) | \(repD.fires), \(repD.drift), \(repD.early) | DispatchSourceTimer |")
-        let manyR = manyTimers(ringio: true, seconds: seconds)
-        let manyD = manyTimers(ringio: false, seconds: seconds)
-        if busyCount > 0 {
-            row("| 10,000 × 10 ms timers: fires in \(seconds) s | \(manyR.fires) | \(manyD.fires) | DispatchSourceTimer (CPU per fire: quiet run only, the busy threads' CPU is the process's) |")
-        } else {
-            row("| 10,000 × 10 ms timers: CPU µs per fire (fires) | \(f(manyR.cpuPerFire)) (\(manyR.fires)) | \(f(manyD.cpuPerFire)) (\(manyD.fires)) | DispatchSourceTimer; ratio \(f(manyR.cpuPerFire / manyD.cpuPerFire, 2))× |")
+        func runs(_ name: String) -> Bool { only?.contains(name) ?? true }
+        if runs("timers") {
+            let oneShotR = timerOneShot(ringio: true, count: Int(seconds * 300))
+            let oneShotD = timerOneShot(ringio: false, count: Int(seconds * 300))
+            row("| 1 ms one-shot lateness p50 / p99 (µs) | \(oneShotR.text) | \(oneShotD.text) | DispatchSourceTimer |")
+            let repR = timerRepeating(ringio: true, seconds: seconds)
+            let repD = timerRepeating(ringio: false, seconds: seconds)
+            row("| 1 ms repeating lateness p50 / p99 (µs) | \(repR.lateness.text) | \(repD.lateness.text) | DispatchSourceTimer |")
+            row("| 1 ms repeating: fires, drift (fires behind the clock), early | \(repR.fires), \(repR.drift), \(repR.early) | \(repD.fires), \(repD.drift), \(repD.early) | DispatchSourceTimer |")
         }
-        let ppR = pingPong(ringio: true, seconds: seconds)
-        let ppD = pingPong(ringio: false, seconds: seconds)
-        row("| pipe ping-pong round trips/s | \(Int(ppR)) | \(Int(ppD)) | DispatchSource read; ratio \(f(ppR / ppD, 2))× |")
-        let fs = fileSystemLatency(count: Int(seconds * 200))
-        row("| file-system event latency write → handler p50 / p99 (µs) | \(fs.text) | – | (Dispatch has no vnode source on Linux) |")
-        let follow = followLatency(count: Int(seconds * 100))
-        row("| chunks(follow:) latency append → chunk p50 / p99 (µs) | \(follow.text) | – | (was 100 ms polling) |")
-        let sigR = signalLatency(kind: 0, count: Int(seconds * 200))
-        let sigD = signalLatency(kind: 1, count: Int(seconds * 200))
-        let sigP = signalLatency(kind: 2, count: Int(seconds * 200))
-        row("| signal kill → handler p50 / p99 (µs) | \(sigR.text) | \(sigD.text); \(sigP.text) | DispatchSource signal; plain sigwait thread |")
-        let procR = processLatency(ringio: true, count: 40)
-        let procP = processLatency(ringio: false, count: 40)
-        row("| process exit (SIGKILL) → handler p50 / p99 (µs) | \(procR.text) | \(procP.text) | plain waitid(WNOWAIT) thread |")
+        if runs("many") {
+            let manyR = manyTimers(ringio: true, seconds: seconds)
+            let manyD = manyTimers(ringio: false, seconds: seconds)
+            if busyCount > 0 {
+                row("| 10,000 × 10 ms timers: fires in \(seconds) s | \(manyR.fires) | \(manyD.fires) | DispatchSourceTimer (CPU per fire: quiet run only, the busy threads' CPU is the process's) |")
+            } else {
+                row("| 10,000 × 10 ms timers: CPU µs per fire (fires) | \(f(manyR.cpuPerFire)) (\(manyR.fires)) | \(f(manyD.cpuPerFire)) (\(manyD.fires)) | DispatchSourceTimer; ratio \(f(manyR.cpuPerFire / manyD.cpuPerFire, 2))× |")
+        }
+        }
+        if runs("pingpong") {
+            let ppR = pingPong(ringio: true, seconds: seconds)
+            let ppD = pingPong(ringio: false, seconds: seconds)
+            row("| pipe ping-pong round trips/s | \(Int(ppR)) | \(Int(ppD)) | DispatchSource read; ratio \(f(ppR / ppD, 2))× |")
+        }
+        if runs("fs") {
+            let fs = fileSystemLatency(count: Int(seconds * 200))
+            row("| file-system event latency write → handler p50 / p99 (µs) | \(fs.text) | – | (Dispatch has no vnode source on Linux) |")
+        }
+        if runs("follow") {
+            let follow = followLatency(count: Int(seconds * 100))
+            row("| chunks(follow:) latency append → chunk p50 / p99 (µs) | \(follow.text) | – | (was 100 ms polling) |")
+        }
+        if runs("signal") {
+            let sigR = signalLatency(kind: 0, count: Int(seconds * 200))
+            let sigD = signalLatency(kind: 1, count: Int(seconds * 200))
+            let sigP = signalLatency(kind: 2, count: Int(seconds * 200))
+            row("| signal kill → handler p50 / p99 (µs) | \(sigR.text) | \(sigD.text); \(sigP.text) | DispatchSource signal; plain sigwait thread |")
+        }
+        if runs("process") {
+            let procR = processLatency(ringio: true, count: 40)
+            let procP = processLatency(ringio: false, count: 40)
+            row("| process exit (SIGKILL) → handler p50 / p99 (µs) | \(procR.text) | \(procP.text) | plain waitid(WNOWAIT) thread |")
+        }
         busy?.finish()
         exit(0)
     }

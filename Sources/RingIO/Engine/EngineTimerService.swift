@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import CLiburing
+import Synchronization
 import RingIOBase
 import RingIOQueue
 
@@ -50,7 +51,24 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
         var armed: (request: IORequest, deadline: Int64)?
         /// The engine shut down (its timeout ended with `-ECANCELED`).
         var dead = false
+        /// The engine's thread polls the clock up to the earliest deadline
+        /// (`spinTarget`) instead of a timeout: an `arm` for a deadline
+        /// after that one arms no timeout, one before it moves the target.
+        var spinning = false
+        /// How late the engine's thread wakes from a timeout, lately
+        /// (nanoseconds, a moving average): timeouts are armed this much
+        /// before their deadline while polling is allowed.
+        var wakeLatency: Int64 = 20_000
     }
+
+    /// With `State.spinning`: the deadline the engine's thread polls for.
+    private let spinTarget = Atomic<Int64>(.max)
+    /// io_uring: the ring thread's idle poll, which also says whether
+    /// polling is allowed now (not while the machine is busy). nil: every
+    /// timeout is armed for its deadline exactly.
+    private let spin: IdleSpin?
+    /// The most a timeout is armed before its deadline.
+    static let maximumEarly: Int64 = 200_000
 
     private let state = Locked(State())
     /// The engine's backend. It holds this service back only through the
@@ -62,13 +80,33 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
     private let base: ContinuousClock.Instant
     private let baseClockNanoseconds: Int64
 
-    init(backend: any EngineBackend, clock: clockid_t) {
+    /// - Parameter spin: io_uring: wake early and poll up to each deadline
+    ///   (see `alarmEnded`); nil: the timeout is the deadline.
+    init(backend: any EngineBackend, clock: clockid_t, spin: IdleSpin? = nil) {
         self.backend = backend
         self.clock = clock
-        self.base = .now
-        var now = timespec()
-        clock_gettime(clock, &now)
-        self.baseClockNanoseconds = Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+        self.spin = spin
+        (self.base, self.baseClockNanoseconds) = Self.calibrate(clock)
+    }
+
+    /// A `ContinuousClock` instant and the kernel clock's reading just
+    /// after it, from the tightest of a few tries: a thread preempted (or
+    /// a first vDSO call faulting) between the two reads would otherwise
+    /// make every deadline late by that gap, for the engine's whole life.
+    private static func calibrate(_ clock: clockid_t) -> (ContinuousClock.Instant, Int64) {
+        func kernelNow() -> Int64 {
+            var t = timespec()
+            clock_gettime(clock, &t)
+            return Int64(t.tv_sec) * 1_000_000_000 + Int64(t.tv_nsec)
+        }
+        var best: (instant: ContinuousClock.Instant, after: Int64, width: Int64)?
+        for _ in 0..<16 {
+            let before = kernelNow()
+            let instant = ContinuousClock.now
+            let after = kernelNow()
+            if best == nil || after - before < best!.width { best = (instant, after, after - before) }
+        }
+        return (best!.instant, best!.after)
     }
 
     /// Nanoseconds from `base`, rounded up (a deadline is never moved earlier).
@@ -95,6 +133,12 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
             s.nextID += 1
             s.live[id] = Entry(deadline: d, fire: fire)
             s.heap.push(deadline: d, id: id)
+            if s.spinning {
+                // The engine's thread is polling the clock: it takes this
+                // one too (sooner, if it is due first).
+                if d < spinTarget.load(ordering: .relaxed) { spinTarget.store(d, ordering: .relaxed) }
+                return (TimerToken(id: id), nil, nil)
+            }
             if let armed = s.armed, armed.deadline >= d && armed.deadline - d <= slack {
                 return (TimerToken(id: id), nil, nil)
             }
@@ -102,7 +146,7 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
                 return (TimerToken(id: id), nil, nil)
             }
             let old = s.armed?.request
-            let request = makeAlarm(d)
+            let request = makeAlarm(d, early: early(s))
             s.armed = (request, d)
             return (TimerToken(id: id), request, old)
         }
@@ -122,9 +166,20 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
         }
     }
 
-    /// A timeout request for `deadline` (nanoseconds from `base`).
-    private func makeAlarm(_ deadline: Int64) -> IORequest {
-        let storage = TimeoutStorage(nanoseconds: baseClockNanoseconds &+ deadline)
+    /// How early to arm a timeout, while polling is allowed (else 0): two
+    /// recent wake latencies, one for the ring thread and one for the
+    /// worker it wakes then, so that both are up by the deadline.
+    private func early(_ s: State) -> Int64 {
+        guard let spin, spin.allowed else { return 0 }
+        return Swift.min(Swift.max(2 * s.wakeLatency, 0), Self.maximumEarly)
+    }
+
+    /// A timeout request for `deadline` (nanoseconds from `base`), armed
+    /// `early` nanoseconds before it.
+    private func makeAlarm(_ deadline: Int64, early: Int64) -> IORequest {
+        let kernelDeadline = deadline &- early
+        let storage = TimeoutStorage(nanoseconds: baseClockNanoseconds &+ kernelDeadline, deadline: kernelDeadline,
+                                     sleeps: kernelDeadline > now)
         // The completion holds the service: the engine cancels the request
         // when it shuts down, which ends the cycle.
         return IORequest(.timeout(deadline: UnsafePointer(storage.pointer)), owner: storage) { [self] res in
@@ -133,33 +188,66 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
     }
 
     /// The engine's thread: fires what is due and arms the next timeout.
+    ///
+    /// A thread wakes from a timeout some tens of microseconds late (more
+    /// on a virtual machine), and the handler's worker as late again. So
+    /// while polling is allowed (`IdleSpin`: not on a busy machine) the
+    /// timeout is armed `wakeLatency` before the deadline; the engine's
+    /// thread then wakes a pool worker (which polls for its job) and polls
+    /// the clock up to the deadline itself (once per wake-up: the next
+    /// deadline gets a timeout, which may already be due, so that the
+    /// reap ends and hands the fires over). Never early: a fire waits
+    /// until `ContinuousClock.now` has reached its deadline.
     private func alarmEnded(_ storage: TimeoutStorage, res: Int32) {
-        var due: [@Sendable () -> Void] = []
-        let next = state.withLock { s -> IORequest? in
-            guard let armed = s.armed, armed.request.owner === storage else { return nil }  // replaced: stale
-            s.armed = nil
-            if res == -ECANCELED {
-                // Cancelled though still the armed one: the engine shut down.
-                s.dead = true
-                return nil
-            }
-            let t = now
-            while let top = s.heap.top {
-                if s.live[top.id] == nil {
-                    s.heap.pop()
-                    continue
+        var woke = true
+        while true {
+            var due: [@Sendable () -> Void] = []
+            var pollUntil: Int64?
+            let next = state.withLock { s -> IORequest? in
+                let t = now
+                if woke {
+                    guard let armed = s.armed, armed.request.owner === storage else { return nil }  // replaced: stale
+                    s.armed = nil
+                    if res == -ECANCELED {
+                        // Cancelled though still the armed one: the engine shut down.
+                        s.dead = true
+                        return nil
+                    }
+                    if res == -ETIME && storage.sleeps {
+                        s.wakeLatency += (Swift.min(t - storage.deadline, 2 * Self.maximumEarly) - s.wakeLatency) / 8
+                    }
                 }
-                if top.deadline > t { break }
-                s.heap.pop()
-                if let e = s.live.removeValue(forKey: top.id) { due.append(e.fire) }
+                s.spinning = false
+                while let top = s.heap.top {
+                    if s.live[top.id] == nil {
+                        s.heap.pop()
+                        continue
+                    }
+                    if top.deadline > t { break }
+                    s.heap.pop()
+                    if let e = s.live.removeValue(forKey: top.id) { due.append(e.fire) }
+                }
+                guard let top = s.heap.top else { return nil }
+                let early = early(s)
+                if woke && early > 0 && top.deadline - t <= early {
+                    s.spinning = true
+                    spinTarget.store(top.deadline, ordering: .relaxed)
+                    pollUntil = top.deadline
+                    return nil
+                }
+                let request = makeAlarm(top.deadline, early: early)
+                s.armed = (request, top.deadline)
+                return request
             }
-            guard let top = s.heap.top else { return nil }
-            let request = makeAlarm(top.deadline)
-            s.armed = (request, top.deadline)
-            return request
+            if let next { backend.submit(next) }
+            for fire in due { fire() }
+            guard pollUntil != nil, let spin else { return }
+            if woke { WorkerPool.shared.prewake() }
+            woke = false
+            // Up to the spin budget; then (or when preempted) the loop
+            // looks again, and arms a timeout for what is not yet due.
+            _ = spin.poll { now >= spinTarget.load(ordering: .relaxed) }
         }
-        if let next { backend.submit(next) }
-        for fire in due { fire() }
     }
 }
 
@@ -169,8 +257,15 @@ private final class TimeoutStorage: Sendable {
     // `Sendable`: the pointer is written once, here, before the request is
     // submitted; afterwards only the kernel reads it.
     nonisolated(unsafe) let pointer: UnsafeMutablePointer<__kernel_timespec>
+    /// The timeout's moment in the service's nanoseconds (for its wake latency).
+    let deadline: Int64
+    /// The moment was ahead when the timeout was made: its end is a
+    /// wake-up whose latency the service learns (not an overdue timer's).
+    let sleeps: Bool
 
-    init(nanoseconds: Int64) {
+    init(nanoseconds: Int64, deadline: Int64, sleeps: Bool) {
+        self.deadline = deadline
+        self.sleeps = sleeps
         pointer = .allocate(capacity: 1)
         let ns = max(0, nanoseconds)
         pointer.initialize(to: __kernel_timespec(tv_sec: ns / 1_000_000_000, tv_nsec: ns % 1_000_000_000))

@@ -21,6 +21,9 @@ package final class FaultInjector: Sendable {
     /// Which requests a rule applies to.
     enum Target: Sendable, Equatable {
         case reads, writes
+        /// Readiness watches (`.poll`, `.pollMultishot`): only `.fail`
+        /// applies (the watch ends with the error).
+        case polls
     }
 
     /// What happens to a matching request.
@@ -104,6 +107,7 @@ package final class FaultInjector: Sendable {
         switch operation {
         case .read(let fd, _, _), .readv(let fd, _, _, _): return (.reads, fd)
         case .write(let fd, _, _), .writev(let fd, _, _, _): return (.writes, fd)
+        case .poll(let fd, _), .pollMultishot(let fd, _): return (.polls, fd)
         default: return nil
         }
     }

@@ -52,6 +52,12 @@ public final class IOEngine: Sendable {
         /// previous one start at once. `.zero` never polls. A poll that
         /// finds it lost its CPU (a busy machine) stops, and polling pauses
         /// for 100 ms: sleepers are woken instead.
+        ///
+        /// The same poll serves two more waits on io_uring: after a wait
+        /// for a completion that was shorter than it, the ring thread polls
+        /// for the next completion before it sleeps; and it wakes a little
+        /// before a timer's deadline and polls the clock up to it (see
+        /// `IOTimerSource`). `.zero` turns these off too.
         public var idleSpin: Duration
 
         /// Register the shared read-buffer pool's buffers with the ring and
@@ -188,7 +194,8 @@ public final class IOEngine: Sendable {
                 self.core = uring
                 self.queue = IOQueue(label: "ringio.engine", runner: uring)
                 self.readBudget = ReadBudget(limit: configuration.readBufferLimit, queue: queue)
-                self.timers = EngineTimerService(backend: uring, clock: uring.timeoutClock)
+                self.timers = EngineTimerService(backend: uring, clock: uring.timeoutClock,
+                                                 spin: RingTuning.fromEnvironment.timersWakeEarly ? uring.spin : nil)
                 self.backend = .ioUring
                 self.fallbackReason = nil
                 return

@@ -172,50 +172,44 @@ public final class IORequest: @unchecked Sendable {
     /// request (a CQE with `IORING_CQE_F_MORE`), on the engine's thread.
     package let shot: (@Sendable (Int32) -> Void)?
 
-    public init(_ operation: Operation, owner: AnyObject? = nil, mayBlock: Bool = false,
-         completion: @escaping @Sendable (Int32) -> Void) {
+    /// The one designated initialiser: the others name what they set.
+    private init(_ operation: Operation, owner: AnyObject?, mayBlock: Bool,
+                 closure: @escaping @Sendable (Int32) -> Void, target: (any IORequestTarget)?, tag: Int,
+                 fixedBuffer: RegisteredBuffer?, fixedFile: FixedFileSlot?,
+                 ringTask: (@Sendable (UringBackend) -> Int32)?, shot: (@Sendable (Int32) -> Void)?) {
         self.operation = operation
         self.owner = owner
         self.mayBlock = mayBlock
-        self.closure = completion
-        self.target = nil
-        self.tag = 0
-        self.fixedBuffer = nil
-        self.fixedFile = nil
-        self.ringTask = nil
-        self.shot = nil
+        self.closure = closure
+        self.target = target
+        self.tag = tag
+        self.fixedBuffer = fixedBuffer
+        self.fixedFile = fixedFile
+        self.ringTask = ringTask
+        self.shot = shot
+    }
+
+    /// A request whose `completion` runs with the result; the engine keeps
+    /// `owner` alive until then. `mayBlock`: see ``mayBlock``.
+    public convenience init(_ operation: Operation, owner: AnyObject? = nil, mayBlock: Bool = false,
+                            completion: @escaping @Sendable (Int32) -> Void) {
+        self.init(operation, owner: owner, mayBlock: mayBlock, fixedBuffer: nil, fixedFile: nil, completion: completion)
     }
 
     /// A request with registered-resource hints.
-    package init(_ operation: Operation, owner: AnyObject?, mayBlock: Bool, fixedBuffer: RegisteredBuffer?,
-         fixedFile: FixedFileSlot?, completion: @escaping @Sendable (Int32) -> Void) {
-        self.operation = operation
-        self.owner = owner
-        self.mayBlock = mayBlock
-        self.closure = completion
-        self.target = nil
-        self.tag = 0
-        self.fixedBuffer = fixedBuffer
-        self.fixedFile = fixedFile
-        self.ringTask = nil
-        self.shot = nil
+    package convenience init(_ operation: Operation, owner: AnyObject?, mayBlock: Bool, fixedBuffer: RegisteredBuffer?,
+                             fixedFile: FixedFileSlot?, completion: @escaping @Sendable (Int32) -> Void) {
+        self.init(operation, owner: owner, mayBlock: mayBlock, closure: completion, target: nil, tag: 0,
+                  fixedBuffer: fixedBuffer, fixedFile: fixedFile, ringTask: nil, shot: nil)
     }
 
     /// A request whose completion goes to `target`, with `tag`: no closure
     /// (and no closure context to allocate) per request. The engine keeps
     /// `target` and `owner` alive until then.
-    package init(_ operation: Operation, target: any IORequestTarget, tag: Int, owner: AnyObject?, mayBlock: Bool,
-                 fixedBuffer: RegisteredBuffer? = nil, fixedFile: FixedFileSlot? = nil) {
-        self.operation = operation
-        self.owner = owner
-        self.mayBlock = mayBlock
-        self.closure = IORequest.noCompletion
-        self.target = target
-        self.tag = tag
-        self.fixedBuffer = fixedBuffer
-        self.fixedFile = fixedFile
-        self.ringTask = nil
-        self.shot = nil
+    package convenience init(_ operation: Operation, target: any IORequestTarget, tag: Int, owner: AnyObject?,
+                             mayBlock: Bool, fixedBuffer: RegisteredBuffer? = nil, fixedFile: FixedFileSlot? = nil) {
+        self.init(operation, owner: owner, mayBlock: mayBlock, closure: IORequest.noCompletion, target: target,
+                  tag: tag, fixedBuffer: fixedBuffer, fixedFile: fixedFile, ringTask: nil, shot: nil)
     }
 
     private static let noCompletion: @Sendable (Int32) -> Void = { _ in }
@@ -232,33 +226,17 @@ public final class IORequest: @unchecked Sendable {
     }
 
     /// Work for the ring thread (`UringBackend.perform(onRingThread:)`).
-    init(ringTask: @escaping @Sendable (UringBackend) -> Int32, completion: @escaping @Sendable (Int32) -> Void) {
-        self.operation = .nop
-        self.owner = nil
-        self.mayBlock = false
-        self.closure = completion
-        self.target = nil
-        self.tag = 0
-        self.fixedBuffer = nil
-        self.fixedFile = nil
-        self.ringTask = ringTask
-        self.shot = nil
+    convenience init(ringTask: @escaping @Sendable (UringBackend) -> Int32, completion: @escaping @Sendable (Int32) -> Void) {
+        self.init(.nop, owner: nil, mayBlock: false, closure: completion, target: nil, tag: 0,
+                  fixedBuffer: nil, fixedFile: nil, ringTask: ringTask, shot: nil)
     }
 
     /// A `.pollMultishot` request: `shot` runs for each readiness that
     /// leaves the request in flight, `completion` once at its end.
-    package init(_ operation: Operation, owner: AnyObject?, shot: @escaping @Sendable (Int32) -> Void,
-                 completion: @escaping @Sendable (Int32) -> Void) {
-        self.operation = operation
-        self.owner = owner
-        self.mayBlock = false
-        self.closure = completion
-        self.target = nil
-        self.tag = 0
-        self.fixedBuffer = nil
-        self.fixedFile = nil
-        self.ringTask = nil
-        self.shot = shot
+    package convenience init(_ operation: Operation, owner: AnyObject?, shot: @escaping @Sendable (Int32) -> Void,
+                             completion: @escaping @Sendable (Int32) -> Void) {
+        self.init(operation, owner: owner, mayBlock: false, closure: completion, target: nil, tag: 0,
+                  fixedBuffer: nil, fixedFile: nil, ringTask: nil, shot: shot)
     }
 
     var isPoll: Bool {

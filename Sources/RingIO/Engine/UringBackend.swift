@@ -60,6 +60,9 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     /// `ContinuousClock` on Linux) where the kernel has
     /// `IORING_TIMEOUT_BOOTTIME` (5.15), else `CLOCK_MONOTONIC`.
     let timeoutClock: clockid_t
+    /// The ring has `IORING_SETUP_TASKRUN_FLAG`: completions the kernel
+    /// holds for the next `io_uring_enter` show in the SQ ring's flags.
+    let taskrunFlag: Bool
     /// The thread id of the ring thread (for signals forwarded to it).
     let threadID = Atomic<Int32>(0)
 
@@ -82,6 +85,9 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     @exclusivity(unchecked) var ringDrainsRunning: [IOQueue] = []
     /// The ring thread has seen `stopping` (ring thread only).
     @exclusivity(unchecked) var ringStopping = false
+    /// The last wait for a completion was shorter than the idle poll: poll
+    /// before the next one (ring thread only; see `run`, step 4).
+    @exclusivity(unchecked) private var pollsBeforeWaiting = false
 
     /// How long an idle ring thread polls for new work before it sleeps
     /// (paused while the machine is busy: see `IdleSpin`).
@@ -112,8 +118,10 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     private let enterCounter = Atomic<UInt64>(0)
     var enterCalls: UInt64 { enterCounter.load(ordering: .relaxed) }
 
-    private init(ring: UnsafeMutablePointer<io_uring>, eventFD: Int32, description: String, spinNanoseconds: UInt64,
-                 tables: RingTables, oldKernel: Bool) {
+    /// See `start` (UringBackend+Setup.swift).
+    init(ring: UnsafeMutablePointer<io_uring>, eventFD: Int32, description: String, spinNanoseconds: UInt64,
+                 tables: RingTables, oldKernel: Bool, taskrunFlag: Bool) {
+        self.taskrunFlag = taskrunFlag
         self.spin = IdleSpin(budget: spinNanoseconds)
         self.tables = tables
         self.ring = ring
@@ -133,83 +141,6 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     deinit {
         eventBuffer.deallocate()
         ring.deallocate()
-    }
-
-    /// Creates the ring on a new ring thread and starts its loop.
-    ///
-    /// - Throws: the `io_uring_setup` error (ENOSYS, EPERM, ENOMEM, ...).
-    static func start(entries: Int, spinNanoseconds: UInt64, registerBuffers: Bool,
-                      fileSlots: Int, oldKernel: Bool = false) throws(Errno) -> UringBackend {
-        // @unchecked: written by the ring thread before `lock.signal`, read
-        // by the starter after waking, both under `lock`.
-        final class Handoff: @unchecked Sendable {
-            let lock = ConditionLock()
-            var done = false
-            var result: Result<UringBackend, Errno> = .failure(.invalidArgument)
-        }
-        let handoff = Handoff()
-        let entries = UInt32(Swift.min(Swift.max(entries, 2), 32768))
-        let rc = spawnThread(name: "ringio-ring") {
-            let result = setUp(entries: entries, spinNanoseconds: spinNanoseconds,
-                               registerBuffers: registerBuffers, fileSlots: fileSlots, oldKernel: oldKernel)
-            let backend = try? result.get()
-            handoff.lock.withLock {
-                handoff.result = result
-                handoff.done = true
-                handoff.lock.signal()
-            }
-            backend?.run()
-        }
-        if rc != 0 { throw Errno(rawValue: rc) }
-        let result = handoff.lock.withLock { () -> Result<UringBackend, Errno> in
-            while !handoff.done { handoff.lock.wait() }
-            return handoff.result
-        }
-        return try result.get()
-    }
-
-    /// Runs on the ring thread: io_uring_queue_init_params with the best flags the kernel takes.
-    private static func setUp(entries: UInt32, spinNanoseconds: UInt64, registerBuffers: Bool,
-                              fileSlots: Int, oldKernel: Bool) -> Result<UringBackend, Errno> {
-        let ring = UnsafeMutablePointer<io_uring>.allocate(capacity: 1)
-        var attempts: [(UInt32, String)] = [
-            (cliburing_setup_single_issuer() | cliburing_setup_defer_taskrun(), "SINGLE_ISSUER|DEFER_TASKRUN"),
-            (cliburing_setup_coop_taskrun(), "COOP_TASKRUN"),
-            (0, "plain"),
-        ]
-        // For measuring the setups against each other (Benchmarks, item 2 of
-        // issue 26): RINGIO_RING_SETUP=coop or plain starts from that one.
-        let tuning = RingTuning.fromEnvironment
-        attempts.removeFirst(tuning.skipSetups)
-        var lastError: Int32 = ENOSYS
-        for (flags, name) in attempts {
-            var params = io_uring_params()
-            params.flags = flags | cliburing_setup_cqsize()
-            params.cq_entries = entries * 2
-            let rc = io_uring_queue_init_params(entries, ring, &params)
-            if rc == 0 {
-                let efd: Int32
-                do throws(Errno) { efd = try Syscall.eventfd(flags: Int32(EFD_CLOEXEC)) } catch {
-                    io_uring_queue_exit(ring)
-                    ring.deallocate()
-                    return .failure(error)
-                }
-                let tables = RingTables(ring: ring, buffers: registerBuffers, files: fileSlots)
-                // The ring's fd in the task's registered-ring table: each
-                // io_uring_enter then skips the fd lookup (fdget/fdput), as
-                // fio and t/io_uring do. Only the ring thread enters this ring.
-                var description = name
-                if tuning.registerRingFD && io_uring_register_ring_fd(ring) == 1 { description += ", registered ring fd" }
-                return .success(UringBackend(ring: ring, eventFD: efd, description: description,
-                                             spinNanoseconds: spinNanoseconds, tables: tables,
-                                             oldKernel: oldKernel))
-            }
-            lastError = -rc
-            // Only an unknown flag (EINVAL) is worth another attempt.
-            if lastError != EINVAL { break }
-        }
-        ring.deallocate()
-        return .failure(Errno(rawValue: lastError))
     }
 
     // MARK: - submission (any thread)
@@ -284,7 +215,8 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
 
     // MARK: - the ring thread
 
-    private func run() {
+    /// The ring thread's loop, from `start` until the engine shuts down.
+    func run() {
         var cqes = [UnsafeMutablePointer<io_uring_cqe>?](repeating: nil, count: 256)
         var results: [(UInt64, Int32, UInt32)] = []
         results.reserveCapacity(256)
@@ -349,8 +281,15 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
             }
 
             // 4. Submit; reap; wait for a completion if there is nothing else to do.
+            //    When completions have been coming faster than a wake-up
+            //    (the last wait was shorter than the idle poll: readiness
+            //    ping-pong, a timer's early wake), poll the SQ ring's
+            //    TASKRUN flag for the next one first, as an idle ring thread
+            //    polls for requests: it then costs no wake-up.
             var waiting = false
-            if cliburing_cq_ready(ring) == 0 && outstanding > 0 && ringDrains.isEmpty && ringInbox.isEmpty {
+            var polled = false
+            if cliburing_cq_ready(ring) == 0 && outstanding > 0 && ringDrains.isEmpty && ringInbox.isEmpty
+                && !(pollsBeforeWaiting && { polled = pollForCompletion(); return polled }()) {
                 lock.lock()
                 if (inbox.isEmpty && drainInbox.isEmpty) || stop {
                     sleeping = true
@@ -359,12 +298,19 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
                 lock.unlock()
             }
             enterCounter.add(1, ordering: .relaxed)
+            let waitStart = waiting && taskrunFlag ? monotonicNanoseconds() : 0
             let rc = waiting ? io_uring_submit_and_wait(ring, 1) : io_uring_submit_and_get_events(ring)
             if waiting {
+                if taskrunFlag { pollsBeforeWaiting = monotonicNanoseconds() &- waitStart < spin.budget }
                 lock.lock()
                 sleeping = false
                 wakePending = false
                 lock.unlock()
+            }
+            if polled && cliburing_cq_ready(ring) == 0 && !hasWork.load(ordering: .relaxed) {
+                // The flag was set but the enter posted nothing: stop
+                // polling until a short wait says otherwise.
+                pollsBeforeWaiting = false
             }
             if rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME {
                 fatalError("RingIO: io_uring_enter failed unexpectedly: \(Errno(rawValue: -rc))")
@@ -389,6 +335,19 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         // The ring thread is gone: the pool runs what is left of the ring queues.
         for q in drains + ringDrains { WorkerPool.shared.submit(.drain(q)) }
         ringDrains = []
+    }
+
+    /// Ring thread, about to wait for a completion with nothing to submit:
+    /// polls (within `spin`'s budget) for a completion or new work; whether
+    /// one came (then the turn goes on without waiting). With SQEs to
+    /// submit it does not poll (that would take a second `io_uring_enter`).
+    private func pollForCompletion() -> Bool {
+        guard taskrunFlag, io_uring_sq_ready(ring) == 0, spin.allowed else { return false }
+        let ready = spin.poll {
+            cliburing_sq_taskrun(ring) != 0 || cliburing_cq_ready(ring) > 0 || hasWork.load(ordering: .acquiring)
+        }
+        if !ready { pollsBeforeWaiting = false }
+        return ready
     }
 
     /// Ring thread: runs the completions of every CQE that is ready.
@@ -535,23 +494,5 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         }
         request.engineState = .done
         request.complete(res)
-    }
-}
-
-/// The ring setup asked for in the environment, for benchmarks:
-/// `RINGIO_RING_SETUP` (`coop`: start from COOP_TASKRUN; `plain`: no flags)
-/// and `RINGIO_RING_FD=0` (leave the ring's fd unregistered). Unset: the
-/// best setup the kernel takes, with the ring's fd registered.
-struct RingTuning {
-    var skipSetups = 0
-    var registerRingFD = true
-
-    static var fromEnvironment: RingTuning {
-        var tuning = RingTuning()
-        if let value = getenv("RINGIO_RING_SETUP").map({ String(cString: $0) }) {
-            tuning.skipSetups = value == "coop" ? 1 : value == "plain" ? 2 : 0
-        }
-        if let value = getenv("RINGIO_RING_FD"), String(cString: value) == "0" { tuning.registerRingFD = false }
-        return tuning
     }
 }

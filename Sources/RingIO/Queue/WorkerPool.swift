@@ -125,6 +125,16 @@ package final class WorkerPool: @unchecked Sendable {
         if spawnWatchdog { startWatchdog() }
     }
 
+    /// Wakes one sleeping worker to poll for work, for a job expected
+    /// within microseconds (a timer about to fire): the job then starts
+    /// without a wake-up of its own. Nothing when a worker polls already,
+    /// none sleeps, or polling is paused (a busy machine).
+    package func prewake() {
+        lock.lock()
+        if !spinning && idle > 0 && spin.allowed { lock.signal() }
+        lock.unlock()
+    }
+
     private func startWatchdog() {
         if spawnThread(name: "ringio-watchdog", { [self] in watchdogLoop() }) != 0 {
             lock.withLock { watchdogRunning = false }

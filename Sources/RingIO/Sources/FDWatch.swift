@@ -16,9 +16,15 @@ import RingIOBase
 /// and write sources call it once their handler has drained the fd, so an
 /// fd that stays readable never spins on the engine's thread) or at once
 /// (`rearmAtOnce`, for the fds the engine's thread drains itself: signalfd,
-/// inotify, pidfd).
+/// inotify, pidfd). Such a watch that the engine ends with an error is
+/// submitted again 1 ms later (an error must not end the events of every
+/// source fed by that fd; the delay keeps a failing poll from spinning).
+///
+/// The watch holds its engine weakly: an engine's hubs hold their watches,
+/// and the engine holds its hubs.
 final class FDWatch: Sendable {
     private struct State {
+        weak var engine: IOEngine?
         var current: UInt64 = 0
         var request: IORequest?
         var armed = false
@@ -26,7 +32,8 @@ final class FDWatch: Sendable {
         var next: UInt64 = 1
     }
 
-    private let engine: IOEngine
+    /// A failed watch that re-arms itself waits this long first.
+    static let rearmAfterError = Duration.milliseconds(1)
     let fd: Int32
     private let events: UInt32
     private let rearmAtOnce: Bool
@@ -34,12 +41,12 @@ final class FDWatch: Sendable {
     private let onError: @Sendable (Int32) -> Void
     /// `IORequest` is not `Sendable`; the requests here are only handed to
     /// the engine and compared, under the lock.
-    private let state = Locked(State())
+    private let state: Locked<State>
 
     init(engine: IOEngine, fd: Int32, events: Int16, rearmAtOnce: Bool,
          onReady: @escaping @Sendable (Int32) -> Void,
          onError: @escaping @Sendable (Int32) -> Void = { _ in }) {
-        self.engine = engine
+        self.state = Locked(State(engine: engine))
         self.fd = fd
         self.events = UInt32(UInt16(bitPattern: events))
         self.rearmAtOnce = rearmAtOnce
@@ -49,8 +56,8 @@ final class FDWatch: Sendable {
 
     /// Submits the watch if none is armed (and `stop` was not called).
     func rearmIfEnded() {
-        let request = state.withLock { s -> IORequest? in
-            guard !s.stopped, !s.armed else { return nil }
+        let submit = state.withLock { s -> (IORequest, IOEngine)? in
+            guard !s.stopped, !s.armed, let engine = s.engine else { return nil }
             let id = s.next
             s.next += 1
             s.current = id
@@ -59,19 +66,20 @@ final class FDWatch: Sendable {
                               shot: { [self] res in onReady(res) },
                               completion: { [self] res in ended(id, res) })
             s.request = r
-            return r
+            return (r, engine)
         }
-        if let request { engine.submit(request) }
+        if let (request, engine) = submit { engine.submit(request) }
     }
 
     /// Ends the watch; `onReady` may still run once if a readiness raced.
     func stop() {
-        let request = state.withLock { s -> IORequest? in
+        let cancel = state.withLock { s -> (IORequest, IOEngine)? in
             s.stopped = true
             defer { s.request = nil }
-            return s.armed ? s.request : nil
+            guard s.armed, let request = s.request, let engine = s.engine else { return nil }
+            return (request, engine)
         }
-        if let request { engine.cancel(request) }
+        if let (request, engine) = cancel { engine.cancel(request) }
     }
 
     private func ended(_ id: UInt64, _ res: Int32) {
@@ -87,6 +95,11 @@ final class FDWatch: Sendable {
             if rearmAtOnce { rearmIfEnded() }
         } else if res != -ECANCELED, !stopped {
             onError(res)
+            if rearmAtOnce, let engine = state.withLock({ $0.engine }) {
+                _ = engine.timers.arm(deadline: .now + Self.rearmAfterError, leeway: .zero) { [weak self] in
+                    self?.rearmIfEnded()
+                }
+            }
         }
     }
 }

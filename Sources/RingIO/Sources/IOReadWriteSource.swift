@@ -53,6 +53,9 @@ public final class IOReadSource: IOSource, @unchecked Sendable {
     override func afterDelivery() { readiness.lookAgain(self) }
 
     override func prepareDelivery(_ merged: UInt) -> UInt? {
+        // Bytes queued: readable, and that is the estimate (one system
+        // call; the poll below only tells the end of file from nothing).
+        if let queued = try? Syscall.bytesReadable(readiness.fd), queued > 0 { return UInt(queued) }
         let ready = Syscall.readyEvents(readiness.fd, Int16(POLLIN))
         guard ready & Int16(POLLIN | POLLHUP | POLLERR) != 0, ready & Int16(POLLNVAL) == 0 else { return nil }
         // FIONREAD: 0 on a readable fd is the end of file (or a listening

@@ -12,6 +12,10 @@ import RingIOQueue
 /// earlier ones (no drift); a late delivery carries every fire it covers in
 /// `data`. A fire is never earlier than due. The timer arms the engine's
 /// timers (on io_uring, the ring's own timeouts: no thread per timer).
+/// While the engine may poll (`IOEngine.Configuration.idleSpin`, and
+/// the machine not busy), its ring thread wakes a few tens of microseconds
+/// before the deadline and polls the clock up to it, so that the thread
+/// wake-ups do not make the handler late.
 ///
 /// ```swift
 /// let timer = IOTimerSource(queue: IOQueue(label: "tick"))

@@ -8,9 +8,9 @@ import SystemPackage
 import RingIOBase
 @_spi(Engine) import RingIOEngine
 
-/// An engine's signal sources: one signalfd for every watched signal, read
-/// by the engine's thread when the ring (or the readiness loop) reports it
-/// readable.
+/// An engine's signal sources: one signalfd for every watched signal (a
+/// `SourceHub`), read by the engine's thread when the ring (or the
+/// readiness loop) reports it readable.
 ///
 /// ```
 ///  kill(pid, SIG) ──▶ a thread that blocks SIG? ─ yes ─▶ pending ──▶ signalfd readable
@@ -30,22 +30,35 @@ import RingIOBase
 /// while sources watch it (its default action never runs) and the old one
 /// comes back when the last source of the signal is cancelled.
 final class SignalHub: @unchecked Sendable {
-    // @unchecked: every field is touched only with `lock` held.
-    private let lock = PlainLock()
+    // @unchecked: `mask` and `savedActions` are touched only inside the
+    // hub's lock (the closures `SourceHub.add` and `remove` run under it);
+    // `hub` and `engine` are immutable.
     private unowned(unsafe) let engine: IOEngine
     // `unowned(unsafe)`: the engine holds the hub (an attachment) for its
     // whole life; the hub is used only by sources, which hold the engine.
-    private var fd: Int32 = -1
+    private let hub: SourceHub<IOSignalSource>
     private var mask = sigset_t()
-    private var sources: [Int32: [ObjectIdentifier: Weak]] = [:]
     private var savedActions: [Int32: sigaction] = [:]
-    private var watch: FDWatch?
-
-    private struct Weak { weak var source: IOSignalSource? }
 
     init(engine: IOEngine) {
         self.engine = engine
         sigemptyset(&mask)
+        hub = SourceHub(engine: engine, makeFD: { () throws(Errno) in
+            var empty = sigset_t()
+            sigemptyset(&empty)
+            return try Syscall.signalfd(-1, &empty)
+        }, bufferSize: 16 * MemoryLayout<signalfd_siginfo>.stride, parse: { buffer, events in
+            for i in 0..<(buffer.count / MemoryLayout<signalfd_siginfo>.stride) {
+                let info = buffer.loadUnaligned(fromByteOffset: i * MemoryLayout<signalfd_siginfo>.stride,
+                                                as: signalfd_siginfo.self)
+                events.append(.init(key: Int32(info.ssi_signo), value: 1))
+            }
+        }, deliver: { source, count in source.mergeEvent(UInt(count)) })
+    }
+
+    deinit {
+        // Sources hold the engine, so none is left: every action was given back.
+        for (signal, var old) in savedActions { Syscall.restoreSignal(signal, &old) }
     }
 
     static func of(_ engine: IOEngine) -> SignalHub {
@@ -56,34 +69,16 @@ final class SignalHub: @unchecked Sendable {
     func add(_ source: IOSignalSource, signal: Int32) -> Errno? {
         guard signal > 0, signal < 65, signal != SIGKILL, signal != SIGSTOP else { return .invalidArgument }
         Syscall.blockSignalOnThisThread(signal)
-        let startWatch = lock.withLock { () -> Result<FDWatch?, Errno> in
+        let added = hub.add(source) { (fd) throws(Errno) -> Int32 in
             var newMask = mask
             sigaddset(&newMask, signal)
-            do throws(Errno) {
-                let newFD = try Syscall.signalfd(fd, &newMask)
-                mask = newMask
-                var started: FDWatch?
-                if fd < 0 {
-                    fd = newFD
-                    let w = FDWatch(engine: engine, fd: newFD, events: Int16(POLLIN), rearmAtOnce: true,
-                                    onReady: { [weak self] _ in self?.drain() })
-                    watch = w
-                    started = w
-                }
-                sources[signal, default: [:]][ObjectIdentifier(source)] = Weak(source: source)
-                return .success(started)
-            } catch {
-                return .failure(error)
-            }
+            _ = try Syscall.signalfd(fd, &newMask)
+            mask = newMask
+            return signal
         }
-        let w: FDWatch?
-        switch startWatch {
-        case .failure(let error): return error
-        case .success(let started): w = started
-        }
-        w?.rearmIfEnded()
+        if case .failure(let error) = added { return error }
         // The thread that reads the signalfd: the ring thread, or the
-        // readiness loop (which the watch above starts).
+        // readiness loop (which the hub's watch starts).
         var tid = engine.watchThreadID
         var waited = 0
         while tid == 0 && waited < 2000 {
@@ -95,64 +90,30 @@ final class SignalHub: @unchecked Sendable {
             remove(source, signal: signal)
             return .resourceTemporarilyUnavailable
         }
-        return lock.withLock { () -> Errno? in
-            if savedActions[signal] != nil { return nil }
+        var error: Errno?
+        // Under the hub's lock (a `register` that adds no key), beside the
+        // other changes of `savedActions`.
+        hub.withLock { [self] hasKey in
+            // (Not when its sources were all cancelled meanwhile.)
+            if savedActions[signal] != nil || !hasKey(signal) { return }
             var old = sigaction()
             do throws(Errno) {
                 try Syscall.forwardSignal(signal, to: tid, saving: &old)
                 savedActions[signal] = old
-                return nil
-            } catch {
-                return error
+            } catch let e {
+                error = e
             }
         }
+        return error
     }
 
     /// Stops counting `signal` for `source`; the last source of a signal
     /// gives the signal its old action back.
     func remove(_ source: IOSignalSource, signal: Int32) {
-        let stop = lock.withLock { () -> FDWatch? in
-            sources[signal]?[ObjectIdentifier(source)] = nil
-            guard sources[signal]?.isEmpty ?? true else { return nil }
-            sources[signal] = nil
+        hub.remove(source, key: signal) { [self] fd in
             if var old = savedActions.removeValue(forKey: signal) { Syscall.restoreSignal(signal, &old) }
             sigdelset(&mask, signal)
-            if fd >= 0 { _ = try? Syscall.signalfd(fd, &mask) }
-            guard sources.isEmpty, let w = watch else { return nil }
-            // No signal left: the watch and the fd go (a later source makes new ones).
-            watch = nil
-            let old = fd
-            fd = -1
-            w.stop()
-            // The ring holds its own reference to the file until the
-            // watch's cancel completes; the number may be reused at once.
-            Syscall.closeIgnoringErrors(old)
-            return w
-        }
-        _ = stop
-    }
-
-    /// The engine's thread: reads every pending signal and tells each
-    /// source of that signal how many arrived.
-    private func drain() {
-        var counts: [Int32: UInt] = [:]
-        let fd = lock.withLock { self.fd }
-        guard fd >= 0 else { return }
-        var records = [signalfd_siginfo](repeating: signalfd_siginfo(), count: 16)
-        while true {
-            // Non-blocking: EAGAIN once every pending signal is read.
-            guard let n = try? records.withUnsafeMutableBytes({ buffer throws(Errno) in try Syscall.read(fd, into: buffer) }),
-                  n > 0 else { break }
-            for i in 0..<(n / MemoryLayout<signalfd_siginfo>.stride) {
-                counts[Int32(records[i].ssi_signo), default: 0] += 1
-            }
-            if n < records.count * MemoryLayout<signalfd_siginfo>.stride { break }
-        }
-        let targets = lock.withLock {
-            counts.map { (sig, count) in (count, sources[sig]?.values.compactMap { $0.source } ?? []) }
-        }
-        for (count, list) in targets {
-            for source in list { source.mergeEvent(count) }
+            _ = try? Syscall.signalfd(fd, &mask)
         }
     }
 }
