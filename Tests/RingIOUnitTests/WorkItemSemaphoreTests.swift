@@ -132,6 +132,36 @@ struct WorkItemSemaphoreTests {
         #expect(ping.waiterCount == 0 && pong.waiterCount == 0)
     }
 
+    @Test("two tasks ping-pong: every count is handed over, in turn")
+    func taskPingPong() async {
+        let ping = IOSemaphore(value: 0), pong = IOSemaphore(value: 0)
+        let rounds = 20_000
+        // Written by one side before its signal, read by the other after its
+        // wait: the semaphore is the only ordering (ThreadSanitizer checks it).
+        final class Turn: @unchecked Sendable { var value = 0 }
+        let turn = Turn()
+        let other = Task {
+            var inTurn = true
+            for i in 0..<rounds {
+                try? await ping.wait()
+                if turn.value != 2 * i + 1 { inTurn = false }
+                turn.value = 2 * i + 2
+                pong.signal()
+            }
+            return inTurn
+        }
+        var inTurn = true
+        for i in 0..<rounds {
+            turn.value = 2 * i + 1
+            ping.signal()
+            try? await pong.wait()
+            if turn.value != 2 * i + 2 { inTurn = false }
+        }
+        #expect(inTurn)
+        #expect(await other.value)
+        #expect(ping.waiterCount == 0 && pong.waiterCount == 0)
+    }
+
     @Test("timed waits racing signals: a count is taken exactly when a wait says so")
     func timedWaitsRaceSignals() {
         let semaphore = IOSemaphore(value: 0)

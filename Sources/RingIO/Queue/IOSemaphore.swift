@@ -6,8 +6,10 @@ import Synchronization
 /// `wait` takes one from the value, or waits while it is 0; `signal` hands
 /// its one to the oldest waiter, thread or task, or adds it to the value
 /// when nobody waits. A waiter that times out or whose task is cancelled
-/// leaves the FIFO and takes nothing. A semaphore released while waiters or
-/// borrowed counts remain is not an error (libdispatch stops the process).
+/// leaves the FIFO and takes nothing, unless a `signal` on its way to it
+/// already counted it (it then takes that one). A semaphore released while
+/// waiters or borrowed counts remain is not an error (libdispatch stops the
+/// process).
 ///
 /// The corresponding libdispatch type is `dispatch_semaphore_t`.
 public final class IOSemaphore: Sendable {
