@@ -172,4 +172,26 @@ struct AfterSchedulerTests {
         #expect(others.wait(timeout: .seconds(300)))
         #expect(blocked.wait(timeout: .seconds(300)))
     }
+
+    @Test("a call that finds items due hands them over itself, with no expiry of the service's timer")
+    func callerHandsOverDueItems() {
+        let service = ManualTimerService()
+        let scheduler = AfterScheduler(services: TimerServiceRegistry(fallback: service))
+        let queue = IOQueue(label: "caller")
+        let order = Locked<[Int]>([])
+        let done = Latch(count: 2)
+        let start = ContinuousClock.now
+        scheduler.schedule(.work({ order.withLock { $0.append(2) }; done.signal() }, barrier: false),
+                           on: queue, at: start + .milliseconds(2), now: start)
+        scheduler.schedule(.work({ order.withLock { $0.append(1) }; done.signal() }, barrier: false),
+                           on: queue, at: start + .milliseconds(1), now: start)
+        #expect(scheduler.pendingCount == 2, "nothing due yet")
+        #expect(waitUntil { ContinuousClock.now >= start + .milliseconds(2) })
+        let now = ContinuousClock.now
+        scheduler.schedule(.work({ Issue.record("ran an hour early") }, barrier: false),
+                           on: queue, at: now + .seconds(3_600), now: now)
+        #expect(done.wait(timeout: .seconds(300)))
+        #expect(order.withLock { $0 } == [1, 2], "in deadline order")
+        #expect(scheduler.pendingCount == 1, "the hour-long one waits; the service's timer never fired")
+    }
 }

@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import Synchronization
 import RingIOBase
 
@@ -44,6 +49,9 @@ package final class AfterScheduler: @unchecked Sendable {
     package static let shared = AfterScheduler(services: nil)
 
     private let lock = PlainLock()
+    /// Held by the thread taking due items off the heap and handing them
+    /// over (taken after `lock`'s sections, never inside one).
+    private let delivery = PlainLock()
     private let epoch = ContinuousClock.now
     /// The registry whose current service it arms (nil: the process's).
     private let services: TimerServiceRegistry?
@@ -69,7 +77,15 @@ package final class AfterScheduler: @unchecked Sendable {
     package var pendingCount: Int { lock.withLock { heap.count } }
 
     /// Queues `item` on `queue` at `deadline`, never before.
-    func schedule(_ item: IOQueue.Item, on queue: IOQueue, at deadline: ContinuousClock.Instant) {
+    ///
+    /// `now` (the caller's look at the clock, if it has one): items due by
+    /// then are handed over by this call, on the caller's thread, when no
+    /// other thread is handing items over. A program that keeps calling
+    /// `asyncAfter` so delivers what is due without waiting for the timer's
+    /// thread and a worker (beside busy threads, each can wait milliseconds
+    /// for a CPU).
+    func schedule(_ item: IOQueue.Item, on queue: IOQueue, at deadline: ContinuousClock.Instant,
+                  now: ContinuousClock.Instant? = nil) {
         let when = nanoseconds(deadline, roundingUp: true)
         lock.lock()
         armed &+= 1
@@ -87,7 +103,26 @@ package final class AfterScheduler: @unchecked Sendable {
         if !draining, timer.map({ when < $0.when }) ?? true {
             armTimer(for: when)
         }
+        let nowNanoseconds = now.map { nanoseconds($0, roundingUp: false) }
+        let due = nowNanoseconds.map { heap[0].when <= $0 } ?? false
         lock.unlock()
+        guard due, let nowNanoseconds, pthread_mutex_trylock(delivery.mutex) == 0 else { return }
+        lock.lock()
+        let items = takeDue(by: nowNanoseconds)
+        lock.unlock()
+        deliver(items)
+        delivery.unlock()
+    }
+
+    /// Under the lock: the items due by `now`, in deadline order, off the heap.
+    private func takeDue(by now: Int64) -> [(IOQueue, IOQueue.Item)] {
+        var due: [(IOQueue, IOQueue.Item)] = []
+        while let head = heap.first, head.when <= now {
+            due.append(slots[head.slot].take()!)
+            freeSlots.append(head.slot)
+            removeFirst()
+        }
+        return due
     }
 
     /// `instant` as nanoseconds from `epoch` (clamped to about ±285
@@ -130,19 +165,22 @@ package final class AfterScheduler: @unchecked Sendable {
     /// A worker: hands every item due by now to its queue, in deadline
     /// order, in one batch; arms the service for the next.
     private func drain() {
-        let batch = DeliveryBatch()
-        var due: [(IOQueue, IOQueue.Item)] = []
+        delivery.lock()
         lock.lock()
-        let now = nanoseconds(.now, roundingUp: false)
-        while let head = heap.first, head.when <= now {
-            due.append(slots[head.slot].take()!)
-            freeSlots.append(head.slot)
-            removeFirst()
-        }
+        let due = takeDue(by: nanoseconds(.now, roundingUp: false))
         draining = false
         if let next = heap.first { armTimer(for: next.when) }
         lock.unlock()
-        batch.collect {
+        deliver(due)
+        delivery.unlock()
+    }
+
+    /// Hands `due` to their queues in one batch. With `delivery` held: one
+    /// thread at a time takes and hands over, so the items of one queue
+    /// reach it in deadline order.
+    private func deliver(_ due: [(IOQueue, IOQueue.Item)]) {
+        guard !due.isEmpty else { return }
+        DeliveryBatch().collect {
             // A global queue's plain items go as a few jobs that take them in
             // turn (`AfterRun`); the rest one item each, in deadline order.
             var runs: [Int: [@Sendable () -> Void]] = [:]

@@ -49,8 +49,9 @@ extension IOQueue {
     ///
     /// The corresponding libdispatch function is `dispatch_after`.
     public func asyncAfter(deadline: ContinuousClock.Instant, _ work: @escaping @Sendable () -> Void) {
-        if deadline <= ContinuousClock.now { return async(work) }
-        AfterScheduler.shared.schedule(.work(work, barrier: false), on: self, at: deadline)
+        let now = ContinuousClock.now
+        if deadline <= now { return async(work) }
+        AfterScheduler.shared.schedule(.work(work, barrier: false), on: self, at: deadline, now: now)
     }
 
     /// Schedules a work item on the queue at `deadline`, never before.
@@ -65,9 +66,10 @@ extension IOQueue {
     /// The corresponding libdispatch function is `dispatch_after` with a
     /// `dispatch_block_create`d block.
     public func asyncAfter(deadline: ContinuousClock.Instant, execute item: IOWorkItem) {
-        if deadline <= ContinuousClock.now { return async(execute: item) }
+        let now = ContinuousClock.now
+        if deadline <= now { return async(execute: item) }
         AfterScheduler.shared.schedule(.work({ item.perform() }, barrier: item.barrier && kind == .concurrent),
-                                       on: self, at: deadline)
+                                       on: self, at: deadline, now: now)
     }
 
     // MARK: - sync barrier
