@@ -136,26 +136,26 @@ struct WorkItemSemaphoreTests {
     func taskPingPong() async {
         let ping = IOSemaphore(value: 0), pong = IOSemaphore(value: 0)
         let rounds = 20_000
-        // Written by one side before its signal, read by the other after its
-        // wait: the semaphore is the only ordering (ThreadSanitizer checks it).
-        final class Turn: @unchecked Sendable { var value = 0 }
-        let turn = Turn()
+        // An atomic, not a plain variable as in the threads' test: a task
+        // resumed by `signal` is ordered after it inside libswift_Concurrency,
+        // which is not built for ThreadSanitizer (it would report a race).
+        let turn = Atomic<Int>(0)
         let other = Task {
             var inTurn = true
             for i in 0..<rounds {
                 try? await ping.wait()
-                if turn.value != 2 * i + 1 { inTurn = false }
-                turn.value = 2 * i + 2
+                if turn.load(ordering: .relaxed) != 2 * i + 1 { inTurn = false }
+                turn.store(2 * i + 2, ordering: .relaxed)
                 pong.signal()
             }
             return inTurn
         }
         var inTurn = true
         for i in 0..<rounds {
-            turn.value = 2 * i + 1
+            turn.store(2 * i + 1, ordering: .relaxed)
             ping.signal()
             try? await pong.wait()
-            if turn.value != 2 * i + 2 { inTurn = false }
+            if turn.load(ordering: .relaxed) != 2 * i + 2 { inTurn = false }
         }
         #expect(inTurn)
         #expect(await other.value)
