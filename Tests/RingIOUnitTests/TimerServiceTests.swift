@@ -13,9 +13,12 @@ struct TimerServiceTests {
         let start = clock.now
         let fired = Locked<[(Int, ContinuousClock.Instant)]>([])
         let done = Latch(count: 20)
-        // Armed in reverse order: 20 ms down to 1 ms.
+        // Armed in reverse order: 20 ms down to 1 ms after a base that
+        // outlasts the arming (under ThreadSanitizer on a loaded machine,
+        // arming 20 took over 20 ms once, and the 20 ms timer fired first).
+        let base = start + .milliseconds(300)
         for i in (1...20).reversed() {
-            let deadline = start + .milliseconds(i)
+            let deadline = base + .milliseconds(i)
             _ = service.arm(deadline: deadline, leeway: .zero) {
                 fired.withLock { $0.append((i, clock.now)) }
                 done.signal()
@@ -24,7 +27,7 @@ struct TimerServiceTests {
         #expect(done.wait())
         let log = fired.withLock { $0 }
         #expect(log.map(\.0) == Array(1...20))
-        for (i, at) in log { #expect(at >= start + .milliseconds(i)) }
+        for (i, at) in log { #expect(at >= base + .milliseconds(i)) }
     }
 
     @Test("timers of one deadline fire in arming order, slots reused or not")

@@ -132,6 +132,36 @@ struct WorkItemSemaphoreTests {
         #expect(ping.waiterCount == 0 && pong.waiterCount == 0)
     }
 
+    @Test("two tasks ping-pong: every count is handed over, in turn")
+    func taskPingPong() async {
+        let ping = IOSemaphore(value: 0), pong = IOSemaphore(value: 0)
+        let rounds = 20_000
+        // An atomic, not a plain variable as in the threads' test: a task
+        // resumed by `signal` is ordered after it inside libswift_Concurrency,
+        // which is not built for ThreadSanitizer (it would report a race).
+        let turn = Atomic<Int>(0)
+        let other = Task {
+            var inTurn = true
+            for i in 0..<rounds {
+                try? await ping.wait()
+                if turn.load(ordering: .relaxed) != 2 * i + 1 { inTurn = false }
+                turn.store(2 * i + 2, ordering: .relaxed)
+                pong.signal()
+            }
+            return inTurn
+        }
+        var inTurn = true
+        for i in 0..<rounds {
+            turn.store(2 * i + 1, ordering: .relaxed)
+            ping.signal()
+            try? await pong.wait()
+            if turn.load(ordering: .relaxed) != 2 * i + 2 { inTurn = false }
+        }
+        #expect(inTurn)
+        #expect(await other.value)
+        #expect(ping.waiterCount == 0 && pong.waiterCount == 0)
+    }
+
     @Test("timed waits racing signals: a count is taken exactly when a wait says so")
     func timedWaitsRaceSignals() {
         let semaphore = IOSemaphore(value: 0)

@@ -71,6 +71,12 @@ enum QueueBench {
         let left = Atomic<Int>(count)
         let done = DispatchSemaphore(value: 0)
         let cpu0 = cpuNanoseconds(), t0 = nowNanoseconds()
+        var armedAt = t0
+        defer {
+            if getenv("QUEUES_AFTER_DETAIL") != nil {
+                print("\(ringio ? "RingIO" : "Dispatch") armed 100,000 in \((armedAt - t0) / 1_000_000) ms")
+            }
+        }
         if ringio {
             let clock = ContinuousClock()
             let queue = IOQueue.global
@@ -94,6 +100,7 @@ enum QueueBench {
                 }
             }
         }
+        armedAt = nowNanoseconds()
         done.wait()
         let seconds = Double(nowNanoseconds() - t0) / 1e9
         let cpu = Double(cpuNanoseconds() - cpu0) / 1e6
@@ -288,6 +295,11 @@ enum QueueBench {
             if a == "--busy", let v = rest.next(), let n = Int(v) { busyCount = n }
             if a == "--rounds", let v = rest.next(), let n = Int(v) { rounds = max(1, n) }
         }
+        // A program that uses RingIO has its shared engine: on io_uring it
+        // installs the ring's timer service, which `asyncAfter` then uses
+        // (QUEUES_AFTER_FALLBACK=1 leaves the engine alone: the fallback
+        // timer thread).
+        if getenv("QUEUES_AFTER_FALLBACK") == nil { print("engine: \(IOEngine.shared.backend)") }
         let busy = busyCount > 0 ? BusyThreads(count: busyCount) : nil
         print("## Queues (\(busyCount == 0 ? "quiet" : "beside \(busyCount) busy threads"); median of \(rounds) rounds; \(Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) cores)\n")
         print("| row | RingIO | Dispatch | RingIO ÷ Dispatch (speed; >1 RingIO faster) |")

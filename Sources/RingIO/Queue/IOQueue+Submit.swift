@@ -36,9 +36,10 @@ extension IOQueue {
 
     /// Schedules `work` on the queue at `deadline`, never before.
     ///
-    /// No thread waits for it: the deadline is armed on the library's timer
-    /// service (the engine's ring when one runs, otherwise one thread for
-    /// every timer). Items of one queue whose deadlines differ are queued in
+    /// No thread waits for it: the items of every queue wait in one heap,
+    /// and only the earliest deadline is armed on the library's timer
+    /// service (the shared engine's ring when it runs on io_uring, otherwise
+    /// one thread for every timer); a worker hands what is due to its queues. Items of one queue whose deadlines differ are queued in
     /// deadline order. A deadline already past queues `work` now, in its FIFO
     /// place before any later `async`.
     ///
@@ -48,8 +49,9 @@ extension IOQueue {
     ///
     /// The corresponding libdispatch function is `dispatch_after`.
     public func asyncAfter(deadline: ContinuousClock.Instant, _ work: @escaping @Sendable () -> Void) {
-        if deadline <= ContinuousClock.now { return async(work) }
-        _ = TimerServices.current.arm(deadline: deadline, leeway: .zero) { [self] in async(work) }
+        let now = ContinuousClock.now
+        if deadline <= now { return async(work) }
+        AfterScheduler.shared.schedule(.work(work, barrier: false), on: self, at: deadline, now: now)
     }
 
     /// Schedules a work item on the queue at `deadline`, never before.
@@ -64,8 +66,10 @@ extension IOQueue {
     /// The corresponding libdispatch function is `dispatch_after` with a
     /// `dispatch_block_create`d block.
     public func asyncAfter(deadline: ContinuousClock.Instant, execute item: IOWorkItem) {
-        if deadline <= ContinuousClock.now { return async(execute: item) }
-        _ = TimerServices.current.arm(deadline: deadline, leeway: .zero) { [self] in async(execute: item) }
+        let now = ContinuousClock.now
+        if deadline <= now { return async(execute: item) }
+        AfterScheduler.shared.schedule(.work({ item.perform() }, barrier: item.barrier && kind == .concurrent),
+                                       on: self, at: deadline, now: now)
     }
 
     // MARK: - sync barrier

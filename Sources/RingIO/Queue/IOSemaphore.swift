@@ -6,8 +6,10 @@ import Synchronization
 /// `wait` takes one from the value, or waits while it is 0; `signal` hands
 /// its one to the oldest waiter, thread or task, or adds it to the value
 /// when nobody waits. A waiter that times out or whose task is cancelled
-/// leaves the FIFO and takes nothing. A semaphore released while waiters or
-/// borrowed counts remain is not an error (libdispatch stops the process).
+/// leaves the FIFO and takes nothing, unless a `signal` on its way to it
+/// already counted it (it then takes that one). A semaphore released while
+/// waiters or borrowed counts remain is not an error (libdispatch stops the
+/// process).
 ///
 /// The corresponding libdispatch type is `dispatch_semaphore_t`.
 public final class IOSemaphore: Sendable {
@@ -63,10 +65,18 @@ public final class IOSemaphore: Sendable {
     private static let spin = IdleSpin(budget: IOSemaphore.spinNanoseconds)
     static let spinNanoseconds: UInt64 = 20_000
 
+    /// The value less the waiters that took their one ahead (registered):
+    /// above 0, that many `wait`s return at once; below 0, `-count` threads
+    /// or tasks wait or are about to, and a `signal` goes to one of them.
+    /// `wait` and `signal` change it with one atomic step each; they take
+    /// `lock` only to hand a count from a signaller to a waiter.
+    private let count: Atomic<Int>
     private let lock = PlainLock()
     // Read and written only with `lock` held.
-    private nonisolated(unsafe) var value: Int
     private nonisolated(unsafe) var waiters = TicketQueue<Waiter>()
+    /// Counts signalled for registered waiters that were not queued yet:
+    /// the next to reach the lock takes one instead of queueing.
+    private nonisolated(unsafe) var handedEarly = 0
 
     /// Creates a semaphore.
     ///
@@ -77,7 +87,7 @@ public final class IOSemaphore: Sendable {
     /// The corresponding libdispatch function is `dispatch_semaphore_create`.
     public init(value: Int) {
         precondition(value >= 0, "IOSemaphore(value:) needs a value >= 0, not \(value)")
-        self.value = value
+        self.count = Atomic(value)
     }
 
     /// Threads and tasks waiting now (for tests and diagnostics).
@@ -90,11 +100,14 @@ public final class IOSemaphore: Sendable {
     /// The corresponding libdispatch function is `dispatch_semaphore_signal`.
     @discardableResult
     public func signal() -> Bool {
+        // Nobody registered: the value rises, no lock, no system call.
+        if count.wrappingAdd(1, ordering: .acquiringAndReleasing).oldValue >= 0 { return false }
         lock.lock()
         guard let waiter = waiters.popFirst() else {
-            value += 1
+            // The waiter registered and has not queued yet: it takes this.
+            handedEarly += 1
             lock.unlock()
-            return false
+            return true
         }
         waiter.granted = true
         waiter.ticket = -1
@@ -135,12 +148,32 @@ public final class IOSemaphore: Sendable {
         wait(untilNanoseconds: monotonicNanoseconds() &+ timeout.clampedNanoseconds)
     }
 
+    /// Under the lock: gives back a registered waiter's place when no signal
+    /// is on its way to it. False when one is (`count` is not below 0: a
+    /// count comes for every registered waiter, this one included): the
+    /// waiter must then take it.
+    private func withdraw() -> Bool {
+        var current = count.load(ordering: .relaxed)
+        while current < 0 {
+            let (exchanged, original) = count.compareExchange(expected: current, desired: current + 1,
+                                                              ordering: .acquiringAndReleasing)
+            if exchanged { return true }
+            current = original
+        }
+        return false
+    }
+
     private func wait(untilNanoseconds deadline: UInt64?) -> Bool {
+        if count.wrappingSubtract(1, ordering: .acquiringAndReleasing).oldValue > 0 { return true }
         lock.lock()
-        if value > 0 {
-            value -= 1
+        if handedEarly > 0 {
+            handedEarly -= 1
             lock.unlock()
             return true
+        }
+        if let deadline, monotonicNanoseconds() >= deadline, withdraw() {
+            lock.unlock()
+            return false
         }
         let waiter = Waiter(thread: true)
         waiter.ticket = waiters.append(waiter)
@@ -172,9 +205,17 @@ public final class IOSemaphore: Sendable {
                         }
                         return true
                     }
-                    waiters.remove(ticket: waiter.ticket)
+                    if withdraw() {
+                        waiters.remove(ticket: waiter.ticket)
+                        lock.unlock()
+                        return false
+                    }
+                    // A signal is on its way to this waiter: take it.
                     lock.unlock()
-                    return false
+                    while word.pointee.load(ordering: .acquiring) != Waiter.handedOver {
+                        _ = try? Syscall.futexWait(waiter.futexAddress, expected: Waiter.asleep, untilNanoseconds: nil)
+                    }
+                    return true
                 }
             }
         }
@@ -186,25 +227,18 @@ public final class IOSemaphore: Sendable {
     /// - Throws: `CancellationError` when the task is cancelled before it
     ///   took one (it takes nothing then).
     public func wait() async throws(CancellationError) {
-        let taken = lock.withLock { () -> Bool in
-            if value > 0 {
-                value -= 1
-                return true
-            }
-            return false
-        }
-        if taken { return }
+        if count.wrappingSubtract(1, ordering: .acquiringAndReleasing).oldValue > 0 { return }
         let waiter = Waiter(thread: false)
         do {
             try await withTaskCancellationHandler {
                 try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
                     enum Now { case taken, cancelled, queued }
                     let now = lock.withLock { () -> Now in
-                        if waiter.cancelled { return .cancelled }
-                        if value > 0 {
-                            value -= 1
+                        if handedEarly > 0 {
+                            handedEarly -= 1
                             return .taken
                         }
+                        if waiter.cancelled && withdraw() { return .cancelled }
                         waiter.continuation = continuation
                         waiter.ticket = waiters.append(waiter)
                         return .queued
@@ -218,7 +252,9 @@ public final class IOSemaphore: Sendable {
             } onCancel: {
                 let continuation = lock.withLock { () -> UnsafeContinuation<Void, any Error>? in
                     waiter.cancelled = true
-                    guard !waiter.granted, let continuation = waiter.continuation else { return nil }
+                    // Granted, not queued yet, or a signal on its way to it
+                    // (it takes that one): the wait ends as it would have.
+                    guard !waiter.granted, let continuation = waiter.continuation, withdraw() else { return nil }
                     waiters.remove(ticket: waiter.ticket)
                     waiter.continuation = nil
                     return continuation
