@@ -97,6 +97,18 @@ struct InlineReadTests {
         channel.close()
     }
 
+    /// Whether each of `pages` 4 KiB pages from `offset` is in the page
+    /// cache (mincore on a mapping: it reads nothing); nil if it cannot tell.
+    static func resident(_ fd: FileDescriptor, offset: Int, pages: Int) -> [Bool]? {
+        let length = pages * 4096
+        guard let base = mmap(nil, length, PROT_READ, MAP_SHARED, fd.rawValue, off_t(offset)),
+              base != MAP_FAILED else { return nil }
+        defer { munmap(base, length) }
+        var vector = [UInt8](repeating: 0, count: pages)
+        guard mincore(base, length, &vector) == 0 else { return nil }
+        return vector.map { $0 & 1 != 0 }
+    }
+
     @Test("pages not cached: the read goes to the engine (EAGAIN), part cached: the rest does (short read)",
           arguments: allBackends)
     func fallsBack(backend: IOEngine.Backend) async throws {
@@ -115,9 +127,10 @@ struct InlineReadTests {
         #expect(fsync(fd.rawValue) == 0)
         #expect(posix_fadvise(fd.rawValue, 0, 0, POSIX_FADV_DONTNEED) == 0)
         var probe = [UInt8](repeating: 0, count: 4096)
-        // (A refused RWF_NOWAIT read may start the readahead around it: ask
-        // far from where the channel reads.)
-        guard cliburing_pread_nowait(fd.rawValue, &probe, 4096, 0) < 0 else {
+        // (Residency is asked with mincore, which starts no readahead: a
+        // refused RWF_NOWAIT probe read may bring the whole file back in
+        // behind it, and under load it did before the channel's read.)
+        guard Self.resident(fd, offset: 3 * MiB, pages: 1) == [false] else {
             try Test.cancel("the page cache kept the file after POSIX_FADV_DONTNEED")
         }
         let channel = IOChannel(kind: .random, fileDescriptor: fd, queue: .global, engine: engine)
@@ -132,6 +145,9 @@ struct InlineReadTests {
         #expect(posix_fadvise(fd.rawValue, 0, 0, POSIX_FADV_DONTNEED) == 0)
         _ = pread(fd.rawValue, &probe, 4096, off_t(at))
         _ = pread(fd.rawValue, &probe, 4096, off_t(at + 4096))
+        guard Self.resident(fd, offset: at, pages: 4) == [true, true, false, false] else {
+            try Test.cancel("the page cache did not hold exactly the 8 KiB read (readahead despite POSIX_FADV_RANDOM)")
+        }
         let part = try await channel.read(offset: Int64(at), length: 16 * KiB)
         #expect(part == DataChunk(bytes[at..<(at + 16 * KiB)]))
         #expect(entry.inlineCount == 1, "the cached 8 KiB were read inline")
