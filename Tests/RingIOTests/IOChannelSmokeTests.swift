@@ -319,16 +319,16 @@ struct FullFilesystemTests {
             Issue.record("2.25 MiB fit in a 1 MiB filesystem: \(outcome)")
             return
         }
-        #expect(outcome[firstFailure].error == .noSpace)
+        #expect(outcome[firstFailure].error == .noSpace, "\(outcome)")
         for later in outcome[(firstFailure + 1)...] {
-            #expect(later.error == .canceled || later.error == .noSpace)
-            #expect(later.remaining == 384 * 1024)
+            #expect(later.error == .canceled || later.error == .noSpace, "\(outcome)")
+            #expect(later.remaining == 384 * 1024, "\(outcome)")
         }
         // What was reported written is in the file, in order, and the file
         // position stands right after it.
         let written = firstFailure * 384 * 1024 + (384 * 1024 - outcome[firstFailure].remaining)
         let position = positionInBarrier(of: channel, fd)
-        #expect(position == Int64(written))
+        #expect(position == Int64(written), "\(outcome)")
         let expected = Array(pieces.joined().prefix(written))
         let onDisk = Array(try readFile(mountPoint + "/f").prefix(written))
         #expect(onDisk == expected)
