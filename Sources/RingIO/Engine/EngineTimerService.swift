@@ -44,7 +44,8 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
     }
 
     private struct State {
-        var heap = TimerHeap()
+        /// Deadlines by timer id (ties: arming order, which is id order).
+        var heap = DeadlineHeap<Void>()
         var live: [UInt64: Entry] = [:]
         var nextID: UInt64 = 1
         /// The timeout in the engine and its deadline.
@@ -132,7 +133,7 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
             let id = s.nextID
             s.nextID += 1
             s.live[id] = Entry(deadline: d, fire: fire)
-            s.heap.push(deadline: d, id: id)
+            s.heap.push(when: d, sequence: id, payload: ())
             if s.spinning {
                 // The engine's thread is polling the clock: it takes this
                 // one too (sooner, if it is due first).
@@ -160,7 +161,7 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
         state.withLock { s in
             guard s.live.removeValue(forKey: token.id) != nil else { return false }
             if s.heap.count > 64 && s.heap.count > 2 * s.live.count {
-                s.heap.rebuild(keeping: { s.live[$0] != nil })
+                s.heap.removeAll { s.live[$0.sequence] == nil }
             }
             return true
         }
@@ -218,25 +219,25 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
                     }
                 }
                 s.spinning = false
-                while let top = s.heap.top {
-                    if s.live[top.id] == nil {
-                        s.heap.pop()
+                while let top = s.heap.first {
+                    if s.live[top.sequence] == nil {
+                        s.heap.popFirst()
                         continue
                     }
-                    if top.deadline > t { break }
-                    s.heap.pop()
-                    if let e = s.live.removeValue(forKey: top.id) { due.append(e.fire) }
+                    if top.when > t { break }
+                    s.heap.popFirst()
+                    if let e = s.live.removeValue(forKey: top.sequence) { due.append(e.fire) }
                 }
-                guard let top = s.heap.top else { return nil }
+                guard let earliest = s.heap.first?.when else { return nil }
                 let early = early(s)
-                if woke && early > 0 && top.deadline - t <= early {
+                if woke && early > 0 && earliest - t <= early {
                     s.spinning = true
-                    spinTarget.store(top.deadline, ordering: .relaxed)
-                    pollUntil = top.deadline
+                    spinTarget.store(earliest, ordering: .relaxed)
+                    pollUntil = earliest
                     return nil
                 }
-                let request = makeAlarm(top.deadline, early: early)
-                s.armed = (request, top.deadline)
+                let request = makeAlarm(earliest, early: early)
+                s.armed = (request, earliest)
                 return request
             }
             if let next { backend.submit(next) }
@@ -272,57 +273,4 @@ private final class TimeoutStorage: Sendable {
     }
 
     deinit { pointer.deallocate() }
-}
-
-/// A binary min-heap of (deadline, id), ties broken by id (arming order).
-struct TimerHeap {
-    private(set) var items: [(deadline: Int64, id: UInt64)] = []
-
-    var count: Int { items.count }
-    var top: (deadline: Int64, id: UInt64)? { items.first }
-
-    private static func less(_ a: (deadline: Int64, id: UInt64), _ b: (deadline: Int64, id: UInt64)) -> Bool {
-        a.deadline != b.deadline ? a.deadline < b.deadline : a.id < b.id
-    }
-
-    mutating func push(deadline: Int64, id: UInt64) {
-        items.append((deadline, id))
-        var i = items.count - 1
-        while i > 0 {
-            let parent = (i - 1) / 2
-            guard Self.less(items[i], items[parent]) else { break }
-            items.swapAt(i, parent)
-            i = parent
-        }
-    }
-
-    mutating func pop() {
-        guard !items.isEmpty else { return }
-        items.swapAt(0, items.count - 1)
-        items.removeLast()
-        siftDown(0)
-    }
-
-    private mutating func siftDown(_ start: Int) {
-        var i = start
-        while true {
-            let l = 2 * i + 1, r = l + 1
-            var m = i
-            if l < items.count && Self.less(items[l], items[m]) { m = l }
-            if r < items.count && Self.less(items[r], items[m]) { m = r }
-            if m == i { return }
-            items.swapAt(i, m)
-            i = m
-        }
-    }
-
-    /// Drops the entries `keeping` refuses and restores the heap order.
-    mutating func rebuild(keeping: (UInt64) -> Bool) {
-        items.removeAll { !keeping($0.id) }
-        var i = items.count / 2
-        while i > 0 {
-            i -= 1
-            siftDown(i)
-        }
-    }
 }

@@ -30,20 +30,9 @@ import RingIOBase
 package final class AfterScheduler: @unchecked Sendable {
     // @unchecked: every stored `var` is read and written only with `lock`
     // held.
-    /// A heap entry: plain data (no reference to retain or release while
-    /// the heap sifts); the item and its queue wait in `slots`.
-    private struct Entry {
-        /// Nanoseconds from `epoch`.
-        let when: Int64
-        /// Arming order: equal deadlines leave in it.
-        let sequence: UInt64
-        let slot: Int
-
-        @inline(__always)
-        func precedes(_ other: Entry) -> Bool {
-            when < other.when || (when == other.when && sequence < other.sequence)
-        }
-    }
+    /// The deadlines, each with the slot where its item and queue wait in
+    /// `slots` as payload (plain data: nothing to retain while it sifts).
+    private typealias Heap = DeadlineHeap<Int>
 
     /// The process's scheduler, on `TimerServices.current`.
     package static let shared = AfterScheduler(services: nil)
@@ -55,7 +44,7 @@ package final class AfterScheduler: @unchecked Sendable {
     private let epoch = ContinuousClock.now
     /// The registry whose current service it arms (nil: the process's).
     private let services: TimerServiceRegistry?
-    private var heap: [Entry] = []
+    private var heap = Heap()
     /// The pending items, by slot; `nil`: a free slot.
     private var slots: [(queue: IOQueue, item: IOQueue.Item)?] = []
     private var freeSlots: [Int] = []
@@ -97,14 +86,13 @@ package final class AfterScheduler: @unchecked Sendable {
             slot = slots.count
             slots.append((queue, item))
         }
-        heap.append(Entry(when: when, sequence: armed, slot: slot))
-        siftUp(heap.count - 1)
+        heap.push(when: when, sequence: armed, payload: slot)
         // A drain on its way re-arms for the new top when it ends.
         if !draining, timer.map({ when < $0.when }) ?? true {
             armTimer(for: when)
         }
         let nowNanoseconds = now.map { nanoseconds($0, roundingUp: false) }
-        let due = nowNanoseconds.map { heap[0].when <= $0 } ?? false
+        let due = nowNanoseconds.map { heap.first!.when <= $0 } ?? false
         lock.unlock()
         guard due, let nowNanoseconds, pthread_mutex_trylock(delivery.mutex) == 0 else { return }
         lock.lock()
@@ -118,9 +106,9 @@ package final class AfterScheduler: @unchecked Sendable {
     private func takeDue(by now: Int64) -> [(IOQueue, IOQueue.Item)] {
         var due: [(IOQueue, IOQueue.Item)] = []
         while let head = heap.first, head.when <= now {
-            due.append(slots[head.slot].take()!)
-            freeSlots.append(head.slot)
-            removeFirst()
+            due.append(slots[head.payload].take()!)
+            freeSlots.append(head.payload)
+            heap.popFirst()
         }
         return due
     }
@@ -199,40 +187,6 @@ package final class AfterScheduler: @unchecked Sendable {
                     AfterRun(works, on: queue).start()
                 }
             }
-        }
-    }
-
-    // MARK: - the heap (under the lock)
-
-    private func removeFirst() {
-        let last = heap.removeLast()
-        if !heap.isEmpty {
-            heap[0] = last
-            siftDown(0)
-        }
-    }
-
-    private func siftUp(_ start: Int) {
-        var child = start
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard heap[child].precedes(heap[parent]) else { break }
-            heap.swapAt(child, parent)
-            child = parent
-        }
-    }
-
-    private func siftDown(_ start: Int) {
-        var parent = start
-        let count = heap.count
-        while true {
-            let left = 2 * parent + 1
-            guard left < count else { break }
-            var best = left
-            if left + 1 < count && heap[left + 1].precedes(heap[left]) { best = left + 1 }
-            guard heap[best].precedes(heap[parent]) else { break }
-            heap.swapAt(parent, best)
-            parent = best
         }
     }
 }

@@ -64,25 +64,13 @@ package final class TimerServiceRegistry: Sendable {
 package final class FallbackTimerService: TimerService, @unchecked Sendable {
     // @unchecked: every stored `var` is read and written only with `lock`
     // held.
-    /// A heap entry: plain data (24 bytes, no reference to retain or
-    /// release while the heap sifts). `id` is the token: the slot of the
+    /// The deadlines, each with its token as payload: the slot of the
     /// timer's closure in its low 32 bits, the slot's generation above.
-    private struct Entry {
-        /// Nanoseconds from `epoch`.
-        let when: Int64
-        /// Arming order: equal deadlines fire in it.
-        let sequence: UInt64
-        let id: UInt64
-
-        @inline(__always)
-        func precedes(_ other: Entry) -> Bool {
-            when < other.when || (when == other.when && sequence < other.sequence)
-        }
-    }
+    private typealias Heap = DeadlineHeap<UInt64>
 
     private let lock = ConditionLock()
     private let epoch = ContinuousClock.now
-    private var heap: [Entry] = []
+    private var heap = Heap()
     /// The closures of the live timers, by slot; `nil`: a free slot.
     private var fires: [(@Sendable () -> Void)?] = []
     /// Each slot's generation: bumped when the slot is freed, so a stale
@@ -126,12 +114,11 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
             liveCount += 1
             let id = UInt64(generations[slot]) << 32 | UInt64(slot)
             armed &+= 1
-            heap.append(Entry(when: when, sequence: armed, id: id))
-            siftUp(heap.count - 1)
+            heap.push(when: when, sequence: armed, payload: id)
             if !threadStarted {
                 threadStarted = true
                 start = true
-            } else if heap[0].id == id, sleepingUntil.map({ when < $0 }) ?? true {
+            } else if heap.first?.payload == id, sleepingUntil.map({ when < $0 }) ?? true {
                 // The new earliest deadline: wake the thread to sleep less.
                 lock.signal()
             }
@@ -199,12 +186,12 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
             // (a `fire` may arm or cancel).
             var due: [@Sendable () -> Void] = []
             while let head = heap.first, head.when <= now {
-                if let fire = take(head.id) {
+                if let fire = take(head.payload) {
                     due.append(fire)
                 } else {
                     cancelledInHeap -= 1
                 }
-                removeFirst()
+                heap.popFirst()
             }
             lock.unlock()
             // The work the fires enqueue goes to the pool in one batch (one
@@ -216,47 +203,9 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
 
     // MARK: - the heap (under the lock)
 
-    private func removeFirst() {
-        let last = heap.removeLast()
-        if !heap.isEmpty {
-            heap[0] = last
-            siftDown(0)
-        }
-    }
-
-    /// Drops the cancelled entries and restores the heap order (Floyd's
-    /// bottom-up build, O(n)).
+    /// Drops the cancelled entries and restores the heap order (O(n)).
     private func compact() {
-        heap.removeAll { !isLive($0.id) }
+        heap.removeAll { !isLive($0.payload) }
         cancelledInHeap = 0
-        var i = heap.count / 2
-        while i > 0 {
-            i -= 1
-            siftDown(i)
-        }
-    }
-
-    private func siftUp(_ start: Int) {
-        var child = start
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard heap[child].precedes(heap[parent]) else { break }
-            heap.swapAt(child, parent)
-            child = parent
-        }
-    }
-
-    private func siftDown(_ start: Int) {
-        var parent = start
-        let count = heap.count
-        while true {
-            let left = 2 * parent + 1
-            guard left < count else { break }
-            var best = left
-            if left + 1 < count && heap[left + 1].precedes(heap[left]) { best = left + 1 }
-            guard heap[best].precedes(heap[parent]) else { break }
-            heap.swapAt(parent, best)
-            parent = best
-        }
     }
 }
