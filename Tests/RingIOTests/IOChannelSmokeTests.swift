@@ -290,7 +290,7 @@ struct FullFilesystemTests {
         return (dir, mountPoint)
     }
 
-    @Test("pipelined stream writes into a full filesystem: ENOSPC, later writes report all their bytes, no reported byte is lost",
+    @Test("pipelined stream writes into a full filesystem: ENOSPC, every write reports what it wrote, no reported byte is lost and none unreported is there",
           arguments: allBackends)
     func pipelinedWritesHitENOSPC(backend: IOEngine.Backend) throws {
         let engine = try makeEngine(backend)
@@ -313,25 +313,31 @@ struct FullFilesystemTests {
         }
         #expect(done.wait(timeout: .seconds(20)))
         let outcome = results.withLock { $0 }.map { $0! }
-        // Some writes succeed, then one fails with ENOSPC; every later one
-        // reports all its bytes unwritten, with ENOSPC or ECANCELED.
+        // Some writes succeed, then one fails with ENOSPC. A write that
+        // fails reports ENOSPC or ECANCELED (one in flight beside it), with
+        // what it wrote; a later one may still succeed where the space came
+        // back (tmpfs gives back the pages of a write that failed, and the
+        // thread pool runs pipelined writes at once, so they compete for
+        // space: seen in CI as [ok, ENOSPC, ECANCELED, ENOSPC, ECANCELED, ok]).
         guard let firstFailure = outcome.firstIndex(where: { $0.error != nil }) else {
             Issue.record("2.25 MiB fit in a 1 MiB filesystem: \(outcome)")
             return
         }
         #expect(outcome[firstFailure].error == .noSpace, "\(outcome)")
-        for later in outcome[(firstFailure + 1)...] {
-            #expect(later.error == .canceled || later.error == .noSpace, "\(outcome)")
-            #expect(later.remaining == 384 * 1024, "\(outcome)")
+        for result in outcome where result.error != nil {
+            #expect(result.error == .canceled || result.error == .noSpace, "\(outcome)")
         }
-        // What was reported written is in the file, in order, and the file
-        // position stands right after it.
-        let written = firstFailure * 384 * 1024 + (384 * 1024 - outcome[firstFailure].remaining)
+        for result in outcome where result.error == nil { #expect(result.remaining == 0, "\(outcome)") }
+        // What each write reported written is in the file, in the order of
+        // the writes, and the file position stands right after it: no byte
+        // reported written is missing, none reported unwritten is there.
+        var expected: [UInt8] = []
+        for (piece, result) in zip(pieces, outcome) { expected += piece.prefix(piece.count - result.remaining) }
         let position = positionInBarrier(of: channel, fd)
-        #expect(position == Int64(written), "\(outcome)")
-        let expected = Array(pieces.joined().prefix(written))
-        let onDisk = Array(try readFile(mountPoint + "/f").prefix(written))
-        #expect(onDisk == expected)
+        #expect(position == Int64(expected.count), "\(outcome)")
+        let onDisk = try readFile(mountPoint + "/f")
+        #expect(Array(onDisk.prefix(expected.count)) == expected, "\(outcome)")
+        #expect(onDisk.count == expected.count, "bytes past the reported ones: \(outcome)")
         channel.close()
     }
 }
