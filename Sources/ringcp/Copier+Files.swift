@@ -188,7 +188,16 @@ extension Copier {
         if plan.creationMode != plan.mode && !settings.preserve.contains(.mode) && FS.chmod(plan.destination, plan.mode) != 0 {
             reportError("cannot set permissions of", plan.shownDestination, Errno(rawValue: errno))
         }
-        // --debug: cp's line (offload: the kernel moved the bytes; sparse detection: SEEK_DATA).
+        if settings.verbose || settings.debug {
+            announce(source, plan.shownDestination, how: settings.debug ? debugLine(status, outcome) : nil)
+        }
+        progress?.fileDone()
+        if settings.verify { await verify(source, plan.destination, shown: plan.shownDestination) }
+    }
+
+    /// --debug: cp's line (offload: the kernel moved the bytes; sparse
+    /// detection: SEEK_DATA), made only when asked (thousands of files).
+    private func debugLine(_ status: FileStatus, _ outcome: FileCopier.Outcome) -> String? {
         let how: String = switch outcome.strategy {
         case .chain: "io_uring chain"
         case .copyFileRange: "copy_file_range"
@@ -201,9 +210,7 @@ extension Copier {
         let debug = settings.attributesOnly ? nil
             : "copy offload: \(offload ? "yes" : "no"), reflink: \(outcome.strategy == .reflink ? "yes" : "unsupported"), "
                 + "sparse detection: \(status.mayBeSparse && !settings.sparseNever ? "SEEK_HOLE" : "no") (ringcp: \(how))"
-        announce(source, plan.shownDestination, how: settings.debug ? debug : nil)
-        progress?.fileDone()
-        if settings.verify { await verify(source, plan.destination, shown: plan.shownDestination) }
+        return debug
     }
 
     /// The library's copier, set as cp's flags say.
@@ -242,7 +249,10 @@ extension Copier {
         defer { ticker?.cancel() }
         let outcome: FileCopier.Outcome
         do throws(IOError) {
-            outcome = try await copier.copy(from: absolute(source), to: absolute(plan.destination))
+            // A regular file by the lstat just made (cp's): opened with no second stat.
+            outcome = status.kind == .regular
+                ? try await copier.copy(from: absolute(source), to: absolute(plan.destination), sourceType: .regular)
+                : try await copier.copy(from: absolute(source), to: absolute(plan.destination))
         } catch {
             reportCopyError(error, source, plan)
             return nil

@@ -193,6 +193,30 @@ public struct FileCopier: Sendable {
     ///   destination is then as it was.
     @discardableResult
     public func copy(from source: FilePath, to destination: FilePath) async throws(IOError) -> Outcome {
+        try await copy(from: source, to: destination, sourceIsRegular: false)
+    }
+
+    /// Copies the file at `source` to `destination` as `copy(from:to:)`
+    /// does, for a caller that has just found what the source is (its own
+    /// `lstat`, a directory listing's entry type): a regular file is opened
+    /// with no stat of its path first. The open file is still checked
+    /// (`fstat`), so a source replaced meanwhile by something else is
+    /// copied as what it now is; only a FIFO put there in that moment would
+    /// hold a worker of `IOQueue.global` in its open until a writer came.
+    /// Any other `sourceType` copies as `copy(from:to:)`.
+    ///
+    /// `ringcp -r` and `IO.copyItem` copy each file of a tree this way, with
+    /// the type their walk found.
+    ///
+    /// - Throws: as `copy(from:to:)`.
+    @discardableResult
+    public func copy(from source: FilePath, to destination: FilePath, sourceType: FileType) async throws(IOError)
+        -> Outcome {
+        try await copy(from: source, to: destination, sourceIsRegular: sourceType == .regular)
+    }
+
+    package func copy(from source: FilePath, to destination: FilePath, sourceIsRegular: Bool) async throws(IOError)
+        -> Outcome {
         let source = try IO.absolute(source).mapError { IOError(.openForReading, path: source, side: .source, errno: $0) }.get()
         let destination = try IO.absolute(destination).mapError {
             IOError(.openForWriting, path: destination, side: .destination, errno: $0)
@@ -216,7 +240,8 @@ public struct FileCopier: Sendable {
             // (SmallFileCopy.swift), or both opened there for the general
             // path; anything else (a FIFO, a device) opened through the engine.
             switch await SmallFileCopy.blocking(paths, permissions: permissions, createNew: created, request: request,
-                                                preserve: preserve, sync: sync == .beforeRename, readable: directIO) {
+                                                preserve: preserve, sync: sync == .beforeRename, readable: directIO,
+                                                sourceIsRegular: sourceIsRegular) {
             case .copied(let bytes):
                 progress?(Int(bytes))
                 return Outcome(bytes: bytes, strategy: .chain, replace: atomic ? .atomic : .inPlace)

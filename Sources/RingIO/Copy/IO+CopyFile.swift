@@ -137,6 +137,20 @@ extension IO {
         copier.preserve = options.preserve
         return try await copier.copy(from: source, to: destination).bytes
     }
+
+    /// `copyFile(from:to:options:engine:)` of a source the caller has just
+    /// found to be a regular file (a tree walk's entry): opened with no
+    /// stat of its path first (`FileCopier.copy(from:to:sourceType:)`).
+    @discardableResult
+    package static func copyFile(from source: FilePath, to destination: FilePath, options: CopyOptions,
+                                 regularSource: Bool, engine: IOEngine = .shared) async throws(IOError) -> Int64 {
+        var copier = FileCopier(engine: engine)
+        copier.replace = options.atomically ? .atomic : .inPlace
+        copier.exclusive = options.exclusive
+        copier.permissions = options.permissions
+        copier.preserve = options.preserve
+        return try await copier.copy(from: source, to: destination, sourceIsRegular: regularSource).bytes
+    }
 }
 
 /// What `PathRequest.stat` reports (the copy's own few fields; the public

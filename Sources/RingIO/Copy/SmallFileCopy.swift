@@ -18,8 +18,9 @@ import RingIOQueue
 /// ```
 ///  caller      pool worker
 ///  ──────      ───────────
-///  submit ──▶ stat source, stat destination
-///             open source, fstat, open (create) target[, fstat, ftruncate]
+///  submit ──▶ [stat source][, stat destination: atomic replace]
+///             open source, fstat, open (create, O_EXCL) target
+///             [EEXIST, in place: stat it, open it, fstat, ftruncate]
 ///             small: read, write[, fsync], close, close[, rename]
 ///  resumes ◀── copied, failed, or both files open for the general path
 /// ```
@@ -50,9 +51,10 @@ enum SmallFileCopy {
     /// engine's path (nothing was opened or created).
     static func blocking(_ paths: PathRequest.Paths, permissions: FilePermissions?, createNew: Bool,
                          request: CopyPlan.Request, preserve: IO.CopyOptions.Preserved, sync: Bool,
-                         readable: Bool) async -> Outcome? {
+                         readable: Bool, sourceIsRegular: Bool) async -> Outcome? {
         let copy = BlockingCopy(paths: paths, permissions: permissions, createNew: createNew,
-                                request: request, preserve: preserve, sync: sync, readable: readable)
+                                request: request, preserve: preserve, sync: sync, readable: readable,
+                                sourceIsRegular: sourceIsRegular)
         // Already on a thread that may block (a worker of `IOQueue.global`,
         // where the hop would go anyway, or one that said so): here, no hop.
         if BlockingCalls.allowedHere || IOQueue.global.isCurrent { return copy.run() }
@@ -106,6 +108,8 @@ private struct BlockingCopy: Sendable {
     let preserve: IO.CopyOptions.Preserved
     let sync: Bool
     let readable: Bool
+    /// The caller found the source to be a regular file just before: no stat of its path.
+    let sourceIsRegular: Bool
 
     private var source: FilePath { paths.source }
     private var shown: FilePath { paths.shownDestination }
@@ -121,33 +125,39 @@ private struct BlockingCopy: Sendable {
     private static func sameFile(_ a: Stat, _ b: Stat) -> Bool { a.deviceID == b.deviceID && a.inode == b.inode }
 
     func run() -> SmallFileCopy.Outcome? {
-        var sourceStatus: Stat
-        do throws(Errno) { sourceStatus = try Syscall.stat(source) } catch { return sourceError(.stat, error) }
-        switch sourceStatus.type {
-        case .regular: break
-        case .directory: return sourceError(.openForReading, .isDirectory)
-        // A socket's open fails (ENXIO), with no effect: here, before anything is created.
-        case .socket:
-            do throws(Errno) {
-                Syscall.closeIgnoringErrors(try Syscall.open(source, flags: O_RDONLY | O_CLOEXEC | O_NOCTTY))
-            } catch {
-                return sourceError(.openForReading, error)
+        // A source the caller has just found regular (its own lstat, a
+        // directory listing) is opened at once: the fstat below checks it.
+        if !sourceIsRegular {
+            let found: Stat
+            do throws(Errno) { found = try Syscall.stat(source) } catch { return sourceError(.stat, error) }
+            switch found.type {
+            case .regular: break
+            case .directory: return sourceError(.openForReading, .isDirectory)
+            // A socket's open fails (ENXIO), with no effect: here, before anything is created.
+            case .socket:
+                do throws(Errno) {
+                    Syscall.closeIgnoringErrors(try Syscall.open(source, flags: O_RDONLY | O_CLOEXEC | O_NOCTTY))
+                } catch {
+                    return sourceError(.openForReading, error)
+                }
+                return nil
+            default: return nil
             }
-            return nil
-        default: return nil
         }
-        // What is at the destination (the final one, followed as a rename
-        // would not: a symlink to the source is the source).
-        let existing = try? Syscall.stat(paths.destination ?? paths.target)
-        let exists = existing != nil
-        if let existing {
-            if existing.type != .regular { return nil }
-            if Self.sameFile(existing, sourceStatus) { return sameFileError }
+        // An atomic replace looks at the final destination first (followed
+        // as a rename would not: a symlink to the source is the source). In
+        // place, the exclusive create below says whether anything is there
+        // (EEXIST), and only then is it looked at: a new file costs no stat.
+        var existing: Stat? = nil
+        if paths.atomic != nil {
+            existing = try? Syscall.stat(paths.destination ?? paths.target)
+            if let existing, existing.type != .regular { return nil }
         }
         let input: Int32
         do throws(Errno) { input = try Syscall.open(source, flags: O_RDONLY | O_CLOEXEC | O_NOCTTY) } catch {
             return sourceError(.openForReading, error)
         }
+        let sourceStatus: Stat
         do throws(Errno) { sourceStatus = try Syscall.fstat(input) } catch {
             Syscall.closeIgnoringErrors(input)
             return sourceError(.stat, error)
@@ -155,20 +165,38 @@ private struct BlockingCopy: Sendable {
         if sourceStatus.type != .regular {
             // Replaced since its stat; the engine's path opens it again as it is now.
             Syscall.closeIgnoringErrors(input)
+            if sourceStatus.type == .directory { return sourceError(.openForReading, .isDirectory) }
             return nil
+        }
+        if let existing, Self.sameFile(existing, sourceStatus) {
+            Syscall.closeIgnoringErrors(input)
+            return sameFileError
         }
         let mode = permissions?.rawValue ?? CModeT(sourceStatus.mode.rawValue & 0o7777)
         let flags = (readable ? O_RDWR : O_WRONLY) | O_CREAT | O_CLOEXEC | O_NOCTTY
-        // In place, a destination that was not there is created exclusively
-        // too: then a failed copy knows the file is its own, and removes it.
-        var created = createNew || !exists
+        // Created exclusively first, in place too: then a failed copy knows
+        // the file is its own, and removes it.
+        var created = true
         var opened = Result { () throws(Errno) in
-            try Syscall.open(paths.target, flags: flags | (created ? O_EXCL : 0), mode: mode)
+            try Syscall.open(paths.target, flags: flags | O_EXCL, mode: mode)
         }
-        if case .failure(.fileExists) = opened, !createNew {
-            // Made by someone else since the stat: written in place, as it is.
-            created = false
-            opened = Result { () throws(Errno) in try Syscall.open(paths.target, flags: flags, mode: mode) }
+        if case .failure(.fileExists) = opened, paths.atomic == nil {
+            // Something is there: which file is it?
+            let found = try? Syscall.stat(paths.target)
+            if let found, Self.sameFile(found, sourceStatus) {
+                Syscall.closeIgnoringErrors(input)
+                return sameFileError
+            }
+            if !createNew {
+                if let found, found.type != .regular {
+                    // A FIFO, a device: the engine's path opens it (nothing was created).
+                    Syscall.closeIgnoringErrors(input)
+                    return nil
+                }
+                // Written in place, as it is (a dangling symlink: created through it).
+                created = false
+                opened = Result { () throws(Errno) in try Syscall.open(paths.target, flags: flags, mode: mode) }
+            }
         }
         let output: Int32
         switch opened {
@@ -179,7 +207,7 @@ private struct BlockingCopy: Sendable {
         }
         var destinationKind: FileKind? = nil
         if created {
-            if exists && paths.destination != nil { destinationKind = .regular }
+            if existing != nil && paths.destination != nil { destinationKind = .regular }
         } else {
             // An existing file: which one is it? Compared before anything is truncated.
             var status: Stat? = nil

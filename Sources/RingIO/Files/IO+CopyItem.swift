@@ -219,7 +219,8 @@ private struct TreeCopy: Sendable {
         if type == .symlink {
             try await copyLink(from: source, to: destination, info: info)
         } else {
-            _ = try await IO.copyFile(from: source, to: destination, options: options)
+            // The type the walk (or the stat) just found: a regular file is opened with no stat first.
+            _ = try await IO.copyFile(from: source, to: destination, options: options, regularSource: type == .regular)
         }
     }
 
