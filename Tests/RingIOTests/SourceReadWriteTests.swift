@@ -52,6 +52,28 @@ import RingIOTestSupport
         #expect(log.cancelled.wait())
     }
 
+    /// The watch holds its read source strongly from activation to the
+    /// cancel: then the source is released.
+    @Test(arguments: SourceEngine.allCases)
+    func cancelledReadSourceIsReleased(_ variant: SourceEngine) throws {
+        let engine = try variant.make()
+        let pipe = SourcePipe()
+        weak var released: IOReadSource?
+        do {
+            let log = SourceLog()
+            let source = IOReadSource(fileDescriptor: FileDescriptor(rawValue: pipe.readFD),
+                                      queue: IOQueue(label: "r"), engine: engine)
+            released = source
+            log.attach(source) { _ in _ = pipe.read(1) }
+            source.activate()
+            pipe.write([1])
+            #expect(waitUntil { log.count == 1 })
+            source.cancel()
+            #expect(log.cancelled.wait())
+        }
+        #expect(waitUntil { released == nil })
+    }
+
     @Test(arguments: SourceEngine.allCases)
     func writeSourceWaitsForRoom(_ variant: SourceEngine) throws {
         let engine = try variant.make()

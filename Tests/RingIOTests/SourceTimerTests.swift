@@ -237,4 +237,34 @@ import RingIOTestSupport
         #expect(waitUntil(timeout: .seconds(30)) { cancels.load(ordering: .relaxed) == 100_000 })
         #expect(engine.timers.count == 0)
     }
+
+    /// The engine's timer holds its source strongly while armed: once
+    /// cancelled (a repeating timer that fired, one armed far ahead), the
+    /// source is released.
+    @Test(arguments: allBackends)
+    func cancelledTimersAreReleased(_ backend: IOEngine.Backend) throws {
+        let engine = try makeEngine(backend)
+        weak var fired: IOTimerSource?
+        weak var ahead: IOTimerSource?
+        do {
+            let log = SourceLog(), aheadLog = SourceLog()
+            let a = IOTimerSource(queue: IOQueue(label: "t"), engine: engine)
+            let b = IOTimerSource(queue: IOQueue(label: "t2"), engine: engine)
+            fired = a
+            ahead = b
+            a.schedule(deadline: .now, repeating: .milliseconds(1))
+            b.schedule(deadline: .now + .seconds(3600))
+            log.attach(a)
+            aheadLog.attach(b)
+            a.activate()
+            b.activate()
+            #expect(waitUntil { log.count >= 2 })
+            a.cancel()
+            b.cancel()
+            #expect(log.cancelled.wait())
+            #expect(aheadLog.cancelled.wait())
+        }
+        #expect(waitUntil { fired == nil && ahead == nil })
+        #expect(engine.timers.count == 0)
+    }
 }

@@ -58,7 +58,7 @@ enum SourceBench {
             if busyCount > 0 {
                 row("| 10,000 × 10 ms timers: fires in \(seconds) s | \(manyR.fires) | \(manyD.fires) | DispatchSourceTimer (CPU per fire: quiet run only, the busy threads' CPU is the process's) |")
             } else {
-                row("| 10,000 × 10 ms timers: CPU µs per fire (fires) | \(f(manyR.cpuPerFire)) (\(manyR.fires)) | \(f(manyD.cpuPerFire)) (\(manyD.fires)) | DispatchSourceTimer; ratio \(f(manyR.cpuPerFire / manyD.cpuPerFire, 2))× |")
+                row("| 10,000 × 10 ms timers: CPU µs per fire (fires) | \(f(manyR.cpuPerFire, 2)) (\(manyR.fires)) | \(f(manyD.cpuPerFire, 2)) (\(manyD.fires)) | DispatchSourceTimer; ratio \(f(manyR.cpuPerFire / manyD.cpuPerFire, 2))× |")
         }
         }
         if runs("pingpong") {

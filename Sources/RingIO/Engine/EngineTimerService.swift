@@ -60,6 +60,14 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
         /// (nanoseconds, a moving average): timeouts are armed this much
         /// before their deadline while polling is allowed.
         var wakeLatency: Int64 = 20_000
+        /// When the engine's thread last woke from a timeout.
+        var lastWake: Int64 = -1 << 62
+        /// Timeouts end often (less than `frequentWakes` apart): timers
+        /// fire one after another, so a wake-up is rarely late by its own
+        /// latency alone and polling would only burn the CPU that batching
+        /// the fires of one wake-up saves. Timeouts are then armed for
+        /// their deadline and nothing polls.
+        var frequent = false
     }
 
     /// With `State.spinning`: the deadline the engine's thread polls for.
@@ -70,6 +78,8 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
     private let spin: IdleSpin?
     /// The most a timeout is armed before its deadline.
     static let maximumEarly: Int64 = 200_000
+    /// Timeouts ending closer together than this are `State.frequent`.
+    static let frequentWakes: Int64 = 500_000
 
     private let state = Locked(State())
     /// The engine's backend. It holds this service back only through the
@@ -169,9 +179,10 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
 
     /// How early to arm a timeout, while polling is allowed (else 0): two
     /// recent wake latencies, one for the ring thread and one for the
-    /// worker it wakes then, so that both are up by the deadline.
+    /// worker it wakes then, so that both are up by the deadline. Not
+    /// while timeouts end often (`State.frequent`).
     private func early(_ s: State) -> Int64 {
-        guard let spin, spin.allowed else { return 0 }
+        guard !s.frequent, let spin, spin.allowed else { return 0 }
         return Swift.min(Swift.max(2 * s.wakeLatency, 0), Self.maximumEarly)
     }
 
@@ -216,6 +227,10 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
                     }
                     if res == -ETIME && storage.sleeps {
                         s.wakeLatency += (Swift.min(t - storage.deadline, 2 * Self.maximumEarly) - s.wakeLatency) / 8
+                    }
+                    if res == -ETIME {
+                        s.frequent = t - s.lastWake < Self.frequentWakes
+                        s.lastWake = t
                     }
                 }
                 s.spinning = false

@@ -104,10 +104,20 @@ public final class IOWriteSource: IOSource, @unchecked Sendable {
 
 /// The readiness watch of a read or write source.
 final class Readiness: Sendable {
+    private struct Watching {
+        var watch: FDWatch?
+        /// The source, from `start` to `stop` (a strong reference: a weak
+        /// one gave the source a side table, which made each of its
+        /// retains and releases take the slow path). The cycle through
+        /// the watch ends at `stop`, which `cancel` calls; an active source
+        /// keeps itself alive until then anyway.
+        var source: IOSource?
+    }
+
     let fd: Int32
     let events: Int16
     let engine: IOEngine
-    private let watch = Locked<FDWatch?>(nil)
+    private let watching = Locked(Watching())
 
     init(fd: Int32, events: Int16, engine: IOEngine) {
         self.fd = fd
@@ -121,16 +131,25 @@ final class Readiness: Sendable {
         } catch {
             return error
         }
-        // The watch holds the source weakly: a cancelled source's last
-        // readiness finds nothing.
+        // A stopped source's last readiness finds nothing.
         let w = FDWatch(engine: engine, fd: fd, events: events, rearmAtOnce: false,
-                        onReady: { [weak source] _ in source?.mergeEvent(1) })
-        watch.withLock { $0 = w }
+                        onReady: { [self] _ in watching.withLock { $0.source }?.mergeEvent(1) })
+        watching.withLock {
+            $0.watch = w
+            $0.source = source
+        }
         w.rearmIfEnded()
         return nil
     }
 
-    func stop() { watch.withLock { $0 }?.stop() }
+    func stop() {
+        let (watch, source) = watching.withLock { w -> (FDWatch?, IOSource?) in
+            defer { w.source = nil }
+            return (w.watch, w.source)
+        }
+        watch?.stop()
+        withExtendedLifetime(source) {}  // released outside the lock
+    }
 
     /// After a delivery: still ready → deliver again; else make sure a
     /// watch is armed for the next readiness.
@@ -140,7 +159,7 @@ final class Readiness: Sendable {
         if ready & (events | Int16(POLLHUP | POLLERR)) != 0 {
             source.mergeEvent(1)
         } else {
-            watch.withLock { $0 }?.rearmIfEnded()
+            watching.withLock { $0.watch }?.rearmIfEnded()
         }
     }
 }
