@@ -97,6 +97,48 @@ struct InlineReadTests {
         channel.close()
     }
 
+    @Test("a cached handler read of a random channel makes no operation: one call on its queue, and a barrier and the cleanup wait for its handler",
+          arguments: allBackends)
+    func handlerReadWithoutOperation(backend: IOEngine.Backend) throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let bytes = randomBytes(16 * KiB, seed: 6)
+        let fd = try Self.file(dir, "f", bytes)
+        defer { try? fd.close() }
+        guard Self.noWaitWorks(fd) else {
+            try Test.cancel("the file system under /tmp refuses RWF_NOWAIT reads")
+        }
+        let queue = IOQueue(label: "inline-handler-alone")
+        let order = Locked<[String]>([])
+        let cleaned = Latch()
+        let channel = IOChannel(kind: .random, fileDescriptor: fd, queue: queue, engine: engine) { _ in
+            order.withLock { $0.append("cleanup") }
+            cleaned.signal()
+        }
+        let entry = try #require(Self.entry(of: channel))
+        // A slow handler: a barrier or cleanup that did not wait for it would be seen.
+        let first = Recorder(queue: queue, hold: .milliseconds(20)) { _ in order.withLock { $0.append("read") } }
+        channel.read(offset: 8192, length: 4096, queue: queue, handler: first.handler)
+        // The end of the file (fewer bytes than asked): the usual way.
+        let tail = Recorder(queue: queue) { _ in order.withLock { $0.append("tail") } }
+        channel.read(offset: Int64(bytes.count - 100), length: 4096, queue: queue, handler: tail.handler)
+        let barrier = Latch()
+        channel.barrier {
+            order.withLock { $0.append("barrier") }
+            barrier.signal()
+        }
+        channel.close()
+        #expect(first.wait(timeout: .seconds(300)) && tail.wait(timeout: .seconds(300)))
+        #expect(barrier.wait(timeout: .seconds(300)) && cleaned.wait(timeout: .seconds(300)))
+        #expect(first.calls.count == 1)
+        #expect(first.calls.first?.done == true && first.calls.first?.error == nil)
+        #expect(first.calls.first?.data == DataChunk(bytes[8192..<12288]))
+        #expect(first.calls.allSatisfy { $0.onQueue })
+        #expect(tail.bytes == Array(bytes[(bytes.count - 100)...]) && tail.isDone)
+        #expect(order.withLock { $0.filter { $0 != "tail" } } == ["read", "barrier", "cleanup"])
+        #expect(entry.handlerInline.load(ordering: .relaxed) == 1, "the cached read made no operation")
+    }
+
     /// Whether each of `pages` 4 KiB pages from `offset` is in the page
     /// cache (mincore on a mapping: it reads nothing); nil if it cannot tell.
     static func resident(_ fd: FileDescriptor, offset: Int, pages: Int) -> [Bool]? {

@@ -2,7 +2,7 @@
 // beside its peer in the same process and the same run:
 //
 //   read-await     `try await channel.read(offset:length: 4096)` in a loop   vs a pread loop
-//   read-handler   the same with a handler on the user's serial queue, one in flight
+//   read-handler   the same with a handler on the user's serial queue, one in flight  vs pread, fio io_uring QD1
 //   append-await   `try await log.write(data:)` per 4 KiB record, [.create, .append]  vs write(2) on O_APPEND
 //   append-queued  the records queued with handlers on .append, then on .truncate
 //   copy-handler   the README's handler copy (read handler → target.write)  vs a plain 1 MiB loop (+RSS)
@@ -91,6 +91,8 @@ enum NaturalBench {
         let busy = s.busy > 0 ? BusyThreads(count: s.busy) : nil
         defer { busy?.finish() }
         let results = Results()
+        // fio's io_uring engine, one read in flight: the read-handler row's io_uring peer.
+        let fio = wants(s, "read-handler") ? Fio.locate() : nil
         for round in 1...s.rounds {
             progress("round \(round)/\(s.rounds)")
             if wants(s, "read-await") {
@@ -103,6 +105,10 @@ enum NaturalBench {
             if wants(s, "read-handler") {
                 results.add("read-handler/ringio (reads/s)", try readHandler(source, size: size, reads: s.reads))
                 results.add("read-handler/pread (reads/s)", preadLoop(source, size: size, reads: s.reads))
+                if let fio {
+                    results.add("read-handler/fio io_uring QD1 (reads/s)",
+                                try fio.randomReads(source, size: size, count: s.reads, depth: 1, timeout: 300).rate)
+                }
             }
             if wants(s, "append-await") {
                 results.add("append-await/ringio (records/s)", try appendAwait("\(dir)/log1", records: s.records))

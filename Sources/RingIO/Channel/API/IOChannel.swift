@@ -149,9 +149,21 @@ public final class IOChannel: Sendable {
 
     /// Reads `length` bytes (`Int.max`: to the end of the file) at `offset`
     /// (random channels; stream channels read at the file position).
+    ///
+    /// On a random channel, cached bytes of a regular file (up to 256 KiB,
+    /// nothing queued ahead of the read on its descriptor, delivered in one
+    /// call) are read on the calling thread, and the one handler call is
+    /// queued on `queue`: never made inside this call.
     public func read(offset: Int64 = 0, length: Int, queue: IOQueue, handler: @escaping Handler) {
+        // Cached bytes of a regular file, read on a random channel with
+        // nothing ahead of them: read here, the handler queued (one hop).
+        var options = OperationOptions()
+        switch core.readNow(offset: offset, length: length, queue: queue, handler: handler) {
+        case .read: return
+        case .submit(let skipInlineTry): options.skipInlineTry = skipInlineTry
+        }
         core.submit(direction: .read, offset: offset, length: Swift.max(length, 0), data: .empty,
-                    queue: queue, handler: handler)
+                    queue: queue, options: options, handler: handler)
     }
 
     /// Writes `data` at `offset` (random channels; stream channels write at

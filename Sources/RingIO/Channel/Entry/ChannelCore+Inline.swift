@@ -7,6 +7,7 @@ import SystemPackage
 import RingIOBase
 @_spi(Engine) import RingIOEngine
 import RingIOData
+import RingIOQueue
 
 // An awaited `read` or `write` of a regular file, carried out on the
 // caller's thread before any suspension: no operation, no continuation, no
@@ -74,9 +75,45 @@ extension ChannelCore {
         return readNow(offset: offset, length: destination.count) { base }
     }
 
+    /// A handler read of a random channel (at most 256 KiB, delivered in
+    /// one call by the channel's settings) tried on this thread: `.read`
+    /// when the page cache held every byte; its handler call is then queued
+    /// on `queue` as the operation's only call, `(true, data, nil)`, and
+    /// counts as the operation's outstanding handler until it returns. No
+    /// operation object, no trip through the engine: one hop, to `queue`.
+    /// `.submit`: nothing was delivered; submit it as usual.
+    func readNow(offset: Int64, length: Int, queue: IOQueue,
+                 handler: @escaping IOChannel.Handler) -> InlineReadInto {
+        guard kind == .random, length > 0, length <= ChannelOperation.maxInlineRead else {
+            return .submit(skipInlineTry: false)
+        }
+        var buffer: ReadBuffer?
+        return readNow(offset: offset, length: length, handler: true) {
+            let made = ReadBuffer(capacity: length, pool: BufferPool.shared)
+            buffer = made
+            return made.pointer
+        } deliver: { entry, total in
+            // Fewer bytes (the end of the file): the usual way, which knows
+            // how such a read ends.
+            guard total == length else { return false }
+            let chunk = buffer!.chunk(count: total)
+            queue.async { [self] in
+                handler(true, chunk, nil)
+                entry.operationHandlersReturned()
+                operationLeftEntry()
+            }
+            return true
+        }
+    }
+
     /// The read of `readNow`, into the memory `destination` gives (asked
-    /// for only once the read may run here).
-    private func readNow(offset: Int64, length: Int, _ destination: () -> UnsafeMutableRawPointer) -> InlineReadInto {
+    /// for only once the read may run here). `handler`: a handler read,
+    /// whose `deliver` queues its handler call (before the read ends on the
+    /// entry, so that on one serial queue what starts after it calls its
+    /// handler after it) or returns false to send it the usual way.
+    private func readNow(offset: Int64, length: Int, handler: Bool = false,
+                         _ destination: () -> UnsafeMutableRawPointer,
+                         deliver: (FDEntry, Int) -> Bool = { _, _ in true }) -> InlineReadInto {
         guard length > 0 else { return .submit(skipInlineTry: false) }
         let stream = kind == .stream
         guard stream || (offset >= 0 && offset <= Int64.max - Int64(length)) else { return .submit(skipInlineTry: false) }
@@ -87,11 +124,13 @@ extension ChannelCore {
         #endif
         // A stream read of an O_APPEND fd goes the usual way (its position
         // rule is the engine's).
-        guard let (entry, base) = beginInline(isWrite: false, { $0.mayReadInline && !(stream && $0.appendMode) }) else {
+        guard let (entry, base) = beginInline(isWrite: false, handlerLength: handler ? length : nil,
+                                              { $0.mayReadInline && !(stream && $0.appendMode) }) else {
             return .submit(skipInlineTry: false)
         }
+        var delivered = false
         defer {
-            entry.endInline(stream: stream, isWrite: false)
+            entry.endInline(stream: stream, isWrite: false, handlerDropped: handler && !delivered)
             releaseUnderPressure()
         }
         guard stream || base <= Int64.max - offset - Int64(length) else { return .submit(skipInlineTry: false) }
@@ -117,8 +156,14 @@ extension ChannelCore {
                 return .submit(skipInlineTry: total == 0 && error == .resourceTemporarilyUnavailable)
             }
         }
+        guard deliver(entry, total) else { return .submit(skipInlineTry: false) }
+        delivered = true
         entry.inlineReads.add(1, ordering: .relaxed)
-        entry.awaitedInline.add(1, ordering: .relaxed)
+        if handler {
+            entry.handlerInline.add(1, ordering: .relaxed)
+        } else {
+            entry.awaitedInline.add(1, ordering: .relaxed)
+        }
         return .read(total)
     }
 

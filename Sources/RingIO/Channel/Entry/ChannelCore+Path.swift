@@ -22,7 +22,13 @@ extension ChannelCore {
     @inline(__always)
     func touch() {
         guard pathSpec != nil else { return }
-        lastUseStamp.store(PathDescriptors.shared.clock.add(1, ordering: .relaxed).newValue, ordering: .relaxed)
+        // A load and a store, not a read-modify-write on every use: two
+        // channels used at once may get the same stamp, which only makes
+        // their order in the least-recently-used release arbitrary.
+        let descriptors = PathDescriptors.shared
+        let now = descriptors.clock.load(ordering: .relaxed) &+ 1
+        descriptors.clock.store(now, ordering: .relaxed)
+        lastUseStamp.store(now, ordering: .relaxed)
     }
 
     /// A path channel lets go of its fd if it may (a regular file, open,

@@ -246,12 +246,17 @@ package final class ChannelCore: @unchecked Sendable {
     /// the random channel's base. `nil`: submit it as usual (a path not open
     /// yet, a closed or failed channel, direct I/O asked for, something
     /// queued ahead of it on the fd).
-    func beginInline(isWrite: Bool, _ eligible: (FDEntry) -> Bool) -> (entry: FDEntry, base: Int64)? {
+    /// `handlerLength`: a handler read of that many bytes, which must come
+    /// in one handler call (the high-water mark allows it, no interval).
+    func beginInline(isWrite: Bool, handlerLength: Int? = nil,
+                     _ eligible: (FDEntry) -> Bool) -> (entry: FDEntry, base: Int64)? {
         touch()
         lock.lock()
         defer { lock.unlock() }
+        if let handlerLength, settings.high < handlerLength || settings.interval != nil { return nil }
         guard settings.directIO == .off, !lifecycle.isClosed, case .open(let entry, let base) = lifecycle.target,
-              eligible(entry), entry.beginInline(stream: kind == .stream, isWrite: isWrite) else { return nil }
+              eligible(entry),
+              entry.beginInline(stream: kind == .stream, isWrite: isWrite, handler: handlerLength != nil) else { return nil }
         return (entry, base)
     }
 

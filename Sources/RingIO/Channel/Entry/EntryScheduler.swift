@@ -97,7 +97,7 @@ struct EntryScheduler<Operation: SchedulableOperation, Barrier, Cleanup, Run> {
     private(set) var barrierRunning = false
     private(set) var exclusiveRunning = false
     private(set) var channels = 0
-    private(set) var handlersOutstanding = 0
+    var handlersOutstanding = 0
     /// Stream reads queued or running (a write of lane 0 queued now waits
     /// for them).
     var streamReads = 0

@@ -55,6 +55,9 @@ extension FDEntry {
     /// other answer (the first tells every entry of the device made later).
     func learnNoWait(supported: Bool) {
         let answer: NoWaitReads = supported ? .supported : .unsupported
+        // (A load first: the answer rarely changes, and a read-modify-write
+        // on every inline read costs more than the load.)
+        guard noWait.load(ordering: .relaxed) != answer.rawValue else { return }
         if noWait.exchange(answer.rawValue, ordering: .relaxed) != answer.rawValue, let device {
             NoWaitReads.learn(answer, device: device)
         }

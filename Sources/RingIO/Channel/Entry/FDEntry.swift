@@ -121,6 +121,9 @@ final class FDEntry: @unchecked Sendable {
     /// Awaited reads and writes done on the caller's thread with no
     /// operation at all (ChannelCore+Inline.swift; for tests).
     let awaitedInline = Atomic<Int>(0)
+    /// Handler reads done on the caller's thread with no operation, their
+    /// one handler call queued (ChannelCore+Inline.swift; for tests).
+    let handlerInline = Atomic<Int>(0)
 
     private let lock = PlainLock()
     // `@exclusivity(unchecked)`: read and written only under `lock`; the
@@ -269,15 +272,19 @@ final class FDEntry: @unchecked Sendable {
     /// An awaited operation carried out on the caller's thread
     /// (ChannelCore+Inline.swift): true when it may run now, nothing ahead
     /// of it; it then holds back what is queued behind it until `endInline`.
-    func beginInline(stream: Bool, isWrite: Bool) -> Bool {
+    /// `handler`: a handler read, whose handler call counts until
+    /// `operationHandlersReturned` (or `endInline(handlerDropped: true)`).
+    func beginInline(stream: Bool, isWrite: Bool, handler: Bool = false) -> Bool {
         let lane = lane(isRead: !isWrite)
-        return lock.withLock { scheduler.beginInline(stream: stream, lane: lane, isWrite: isWrite) }
+        return lock.withLock { scheduler.beginInline(stream: stream, lane: lane, isWrite: isWrite, handler: handler) }
     }
 
     /// The inline operation `beginInline` admitted is over.
-    func endInline(stream: Bool, isWrite: Bool) {
+    func endInline(stream: Bool, isWrite: Bool, handlerDropped: Bool = false) {
         let lane = lane(isRead: !isWrite)
-        let (ready, cleanup) = lock.withLock { scheduler.endInline(stream: stream, lane: lane, isWrite: isWrite, host: host) }
+        let (ready, cleanup) = lock.withLock {
+            scheduler.endInline(stream: stream, lane: lane, isWrite: isWrite, handlerDropped: handlerDropped, host: host)
+        }
         start(ready)
         if let cleanup { runCleanups(cleanup) }
     }
