@@ -181,6 +181,22 @@ struct IdleSpinTests {
         #expect(!polled)
     }
 
+    @Test("a poller silent for longer than the stall limit counts as stalled; each look refreshes it")
+    func stalledPoller() {
+        let spin = IdleSpin(budget: 1_000)
+        let t = monotonicNanoseconds()
+        spin.announce(now: t)
+        #expect(!spin.pollerStalled(now: t + IdleSpin.stallNanoseconds))
+        #expect(spin.pollerStalled(now: t + IdleSpin.stallNanoseconds + 1))
+        // A look newer than the caller's clock is fresh.
+        #expect(!spin.pollerStalled(now: t - 1))
+        // A poll's looks at the clock move the mark forward.
+        spin.announce(now: 0)
+        let before = monotonicNanoseconds()
+        _ = spin.poll { false }
+        #expect(!spin.pollerStalled(now: before + IdleSpin.stallNanoseconds))
+    }
+
     @Test("no budget: never polls")
     func off() {
         let spin = IdleSpin(budget: 0)

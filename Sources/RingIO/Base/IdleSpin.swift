@@ -24,11 +24,34 @@ package final class IdleSpin: Sendable {
     // the ring thread, other modules.
     @usableFromInline let pausedUntil = Atomic<UInt64>(0)
     @usableFromInline let preemptions = Atomic<UInt64>(0)
+    /// The poller's last look at the clock (see `pollerStalled(now:)`).
+    @usableFromInline let lastLook = Atomic<UInt64>(0)
 
     package init(budget: UInt64) { self.budget = budget }
 
     /// Preempted polls so far (for tests and diagnostics).
     package var preemptedPolls: UInt64 { preemptions.load(ordering: .relaxed) }
+
+    /// Marks the start of a poll (`now`: the caller's clock), before the
+    /// poll itself: a submitter then sees a fresh look from the moment the
+    /// poller announces itself.
+    @inlinable @inline(__always)
+    package func announce(now: UInt64) { lastLook.store(now, ordering: .relaxed) }
+
+    /// Whether the thread that announced a poll has not looked at the clock
+    /// for `stallNanoseconds`: it lost its CPU (or never started), so work
+    /// left to it waits a time slice. A submitter then wakes a sleeper
+    /// instead of counting on the poller.
+    @inlinable @inline(__always)
+    package func pollerStalled(now: UInt64) -> Bool {
+        // A look newer than `now` (the caller read its clock first) is fresh.
+        let last = lastLook.load(ordering: .relaxed)
+        return now > last && now - last > IdleSpin.stallNanoseconds
+    }
+
+    /// A poller silent for longer than this has lost its CPU (see
+    /// `pollerStalled(now:)`).
+    @usableFromInline package static let stallNanoseconds: UInt64 = 50_000
 
     /// Whether an idle thread should poll now (not paused, and a budget set).
     @inlinable @inline(__always)
@@ -47,6 +70,7 @@ package final class IdleSpin: Sendable {
         while true {
             if ready() { return true }
             let later = monotonicNanoseconds()
+            lastLook.store(later, ordering: .relaxed)
             if later &- now > IdleSpin.preemptionGap {
                 pausedUntil.store(later &+ IdleSpin.pauseNanoseconds, ordering: .relaxed)
                 preemptions.add(1, ordering: .relaxed)

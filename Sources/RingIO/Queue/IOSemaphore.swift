@@ -26,20 +26,20 @@ public final class IOSemaphore: Sendable {
         var cancelled = false
         /// Its ticket in `waiters` while queued.
         var ticket = -1
-        /// A thread's futex word: `polling`, `asleep` or `handedOver`. The
+        /// A thread's futex word: `queued`, `asleep` or `handedOver`. The
         /// signaller stores `handedOver` with release after the unlock, the
         /// thread loads it with acquire: the hand-over is visible to
         /// ThreadSanitizer, which does not see the futex.
         let word: UnsafeMutablePointer<Atomic<UInt32>>?
 
-        static let polling: UInt32 = 0
+        static let queued: UInt32 = 0
         static let asleep: UInt32 = 1
         static let handedOver: UInt32 = 2
 
         init(thread: Bool) {
             if thread {
                 let word = UnsafeMutablePointer<Atomic<UInt32>>.allocate(capacity: 1)
-                word.initialize(to: Atomic(Waiter.polling))
+                word.initialize(to: Atomic(Waiter.queued))
                 self.word = word
             } else {
                 word = nil
@@ -58,12 +58,6 @@ public final class IOSemaphore: Sendable {
             UnsafeMutableRawPointer(word!).assumingMemoryBound(to: UInt32.self)
         }
     }
-
-    /// The polling of a waiting thread before it sleeps: a signal within
-    /// `spinNanoseconds` costs no futex sleep and wake-up (paused while the
-    /// machine is busy: see `IdleSpin`).
-    private static let spin = IdleSpin(budget: IOSemaphore.spinNanoseconds)
-    static let spinNanoseconds: UInt64 = 20_000
 
     /// The value less the waiters that took their one ahead (registered):
     /// above 0, that many `wait`s return at once; below 0, `-count` threads
@@ -165,6 +159,9 @@ public final class IOSemaphore: Sendable {
 
     private func wait(untilNanoseconds deadline: UInt64?) -> Bool {
         if count.wrappingSubtract(1, ordering: .acquiringAndReleasing).oldValue > 0 { return true }
+        // Allocated before the lock: a signaller that comes meanwhile does
+        // not wait on the mutex (and sleep on it) while this thread mallocs.
+        let waiter = Waiter(thread: true)
         lock.lock()
         if handedEarly > 0 {
             handedEarly -= 1
@@ -175,19 +172,19 @@ public final class IOSemaphore: Sendable {
             lock.unlock()
             return false
         }
-        let waiter = Waiter(thread: true)
         waiter.ticket = waiters.append(waiter)
         lock.unlock()
         // The word is the waiter's: keep it alive to the last look.
         return withExtendedLifetime(waiter) { () -> Bool in
             let word = waiter.word!
-            // Poll first: in a hand-off between two running threads the signal
-            // comes within microseconds, sooner than a futex sleep and wake-up.
-            // (Not for a wait whose deadline has passed: `wait(timeout: .zero)`.)
-            if deadline.map({ $0 > monotonicNanoseconds() }) ?? true,
-               Self.spin.poll({ word.pointee.load(ordering: .acquiring) == Waiter.handedOver }) { return true }
+            // No poll before the sleep, as Dispatch's semaphore: a poll pays
+            // only while the signaller keeps a core of its own, and on a
+            // loaded machine it takes the core the signaller needs
+            // (Benchmarks/results/queues.md, fourth pass: 0.41–0.75× Dispatch
+            // with a 20 µs poll, level without; an adaptive poll did not win
+            // beside busy threads either).
             // Announce the sleep; a signal that came first left `handedOver`.
-            guard word.pointee.compareExchange(expected: Waiter.polling, desired: Waiter.asleep,
+            guard word.pointee.compareExchange(expected: Waiter.queued, desired: Waiter.asleep,
                                                ordering: .acquiringAndReleasing).exchanged else { return true }
             while true {
                 let notLate = (try? Syscall.futexWait(waiter.futexAddress, expected: Waiter.asleep,

@@ -35,7 +35,9 @@ package enum PoolJob: Sendable {
 /// after `extraIdleNanoseconds` without work. One idle worker at a time polls
 /// for `spinNanoseconds` before it sleeps, so that a handler enqueued right
 /// after the previous one starts without a thread wake-up (not while the
-/// machine is busy: see `IdleSpin`). A blocked work item therefore
+/// machine is busy: see `IdleSpin`); a submit that finds the poller silent
+/// for `IdleSpin.stallNanoseconds` (preempted) wakes a sleeper instead of
+/// leaving the job to it. A blocked work item therefore
 /// delays other queues by a few milliseconds at most; it cannot starve them.
 package final class WorkerPool: @unchecked Sendable {
     // @unchecked: every stored `var` is read and written only with `lock` held.
@@ -95,7 +97,12 @@ package final class WorkerPool: @unchecked Sendable {
         lock.lock()
         add(&jobs)
         submissions.add(1, ordering: .releasing)
-        if spinning || !jobs.hasStartable {
+        if spinning && idle > 0 && jobs.hasStartable && spin.pollerStalled(now: monotonicNanoseconds()) {
+            // The polling worker has not looked for 50 µs: it lost its CPU
+            // (beside busy threads, for a time slice). A sleeper takes the
+            // job instead.
+            lock.signal()
+        } else if spinning || !jobs.hasStartable {
             // The spinning worker takes it; or it is a `.background` job
             // that waits for a running one to end (that worker takes it).
         } else if idle > 0 {
@@ -172,6 +179,7 @@ package final class WorkerPool: @unchecked Sendable {
                 // Poll for a short while before sleeping: waking a sleeping
                 // thread costs 5–50 µs, more than most handlers take.
                 spinning = true
+                spin.announce(now: monotonicNanoseconds())
                 let seen = submissions.load(ordering: .acquiring)
                 lock.unlock()
                 _ = spin.poll { submissions.load(ordering: .acquiring) != seen }
