@@ -223,20 +223,6 @@ struct IOChannelSmokeTests {
         #expect(randomCleaned.wait())
         #expect(randomCleanup.withLock { $0 } == .illegalSeek)
         random.close()
-        // Used at once, before the check ends (the open tells the kind,
-        // without blocking): ESPIPE too, reading, and writing with no
-        // reader (ENXIO, then the check).
-        for mode in [FileDescriptor.AccessMode.readOnly, .writeOnly] {
-            let early = try IOChannel(kind: .random, path: FilePath(path), mode: mode, queue: queue, engine: engine)
-            let r = Recorder(queue: queue)
-            if mode == .readOnly {
-                early.read(offset: 0, length: 10, queue: queue, handler: r.handler)
-            } else {
-                early.write(offset: 0, data: DataChunk([1]), queue: queue, handler: r.handler)
-            }
-            #expect(r.wait() && r.calls.last?.error == .illegalSeek, "\(mode): \(r.shapes)")
-            early.close()
-        }
         let reader = try IOChannel(kind: .stream, path: FilePath(path), mode: .readOnly, queue: queue, engine: engine)
         let result = Locked<(Int, [UInt8], Errno?)>((0, [], nil))
         let done = Latch()

@@ -25,11 +25,8 @@ private struct Shell {
     /// Operations made active and not yet ended.
     var active: [FakeOp] = []
 
-    /// `opensBeforeCheck`: a random channel's (a first use before the
-    /// check ends opens at once); false: a stream channel's.
-    init(_ target: Lifecycle.Target, opensBeforeCheck: Bool = true) {
+    init(_ target: Lifecycle.Target) {
         lifecycle = Lifecycle(target)
-        lifecycle.opensBeforeCheck = opensBeforeCheck
         if case .failed(let error) = target { cleanups.append("\(error)") }
     }
 
@@ -71,20 +68,6 @@ private struct Shell {
 
     mutating func checked() {
         if lifecycle.pathChecked() { opens += 1 }
-    }
-
-    /// The check failed; returns whether that failed the channel.
-    @discardableResult
-    mutating func checkFailed(_ error: Errno) -> Bool {
-        guard let actions = lifecycle.checkFailed(error) else { return false }
-        for item in actions.pending {
-            switch item {
-            case .operation(let op): finishedWithoutIO.append((op, error))
-            case .barrier: barriersRun += 1
-            }
-        }
-        if actions.runCleanup { cleanups.append("\(error)") }
-        return true
     }
 
     mutating func opened(_ entry: FakeEntry = FakeEntry()) {
@@ -175,64 +158,23 @@ struct ChannelLifecycleTests {
         #expect(shell.lifecycle.failure == .badFileDescriptor)
     }
 
-    @Test("path channel: work before the check ends opens at once, unchecked; work during the open waits; the open runs it in order; the check's result is then ignored")
+    @Test("path channel: work before the check passes waits; the check opens; work during the open waits; the open runs it in order")
     func pathOpens() {
         var shell = Shell(.unopened(.checking))
         let a = shell.submit()
-        #expect(shell.opens == 1, "no wait for the check")
-        #expect(shell.lifecycle.openingUnchecked)
         shell.barrier()
-        let failedChannel = shell.checkFailed(.noSuchFileOrDirectory)
-        #expect(!failedChannel, "the open decides")
-        #expect(shell.opens == 1 && shell.cleanups.isEmpty && shell.lifecycle.failure == nil)
+        #expect(shell.opens == 0, "not before the check passed")
+        shell.checked()
+        #expect(shell.opens == 1)
         let b = shell.submit()
         #expect(shell.opens == 1, "one open")
         shell.opened()
         #expect(shell.enqueued.map(ObjectIdentifier.init) == [a, b].map(ObjectIdentifier.init))
         #expect(shell.barriersEnqueued == 1)
-        #expect(!shell.lifecycle.openingUnchecked)
         let c = shell.submit()
         #expect(shell.enqueued.last === c, "once open, straight to the entry")
         shell.close()
         #expect(shell.cleanups == ["entry"])
-
-        // Checked first: the open is a checked one; a passed check after
-        // the open began is ignored too.
-        var checked = Shell(.unopened(.checking))
-        checked.checked()
-        _ = checked.submit()
-        #expect(checked.opens == 1 && !checked.lifecycle.openingUnchecked)
-        var late = Shell(.unopened(.checking))
-        _ = late.submit()
-        late.checked()
-        #expect(late.opens == 1, "one open")
-        late.opened()
-        #expect(late.enqueued.count == 1)
-
-        // A stream channel: work before the check passes waits; the check opens.
-        var stream = Shell(.unopened(.checking), opensBeforeCheck: false)
-        let s1 = stream.submit()
-        stream.barrier()
-        #expect(stream.opens == 0, "not before the check passed")
-        stream.checked()
-        #expect(stream.opens == 1 && !stream.lifecycle.openingUnchecked)
-        let s2 = stream.submit()
-        #expect(stream.opens == 1, "one open")
-        stream.opened()
-        #expect(stream.enqueued.map(ObjectIdentifier.init) == [s1, s2].map(ObjectIdentifier.init))
-        var failing = Shell(.unopened(.checking), opensBeforeCheck: false)
-        _ = failing.submit()
-        let failedStream = failing.checkFailed(.illegalSeek)
-        #expect(failedStream)
-        #expect(failing.withoutIOErrors == [.illegalSeek] && failing.opens == 0)
-
-        // Unused: a failed check fails the channel, cleanup(error) once.
-        var unused = Shell(.unopened(.checking))
-        let failedUnused = unused.checkFailed(.noSuchFileOrDirectory)
-        #expect(failedUnused)
-        #expect(unused.cleanups == ["\(Errno.noSuchFileOrDirectory)"])
-        _ = unused.submit()
-        #expect(unused.withoutIOErrors == [.noSuchFileOrDirectory] && unused.opens == 0)
     }
 
     @Test("path channel: checked and unused, it opens on first use; closed unused, cleanup(nil) at once")
@@ -310,24 +252,16 @@ struct ChannelLifecycleTests {
         #expect(opening.enqueued.isEmpty && opening.barriersEnqueued == 1)
         #expect(opening.cleanups == ["entry"])
 
-        // Used before the check ended, only operations waiting: they end,
-        // the cleanup waits for the open under way (the entry gets it).
+        // Still checking, only operations waiting: nothing is left, cleanup at once.
         var checking = Shell(.unopened(.checking))
         _ = checking.submit()
         _ = checking.submit()
         checking.close(stop: true)
         #expect(checking.withoutIOErrors == [.canceled, .canceled])
-        #expect(checking.cleanups.isEmpty, "the open is under way")
+        #expect(checking.cleanups == ["nil"])
         checking.checked()
-        #expect(checking.opens == 1, "one open, made at the first use")
-        checking.opened()
-        #expect(checking.enqueued.isEmpty && checking.cleanups == ["entry"])
-        // Closed unused while checking: cleanup at once, no open.
-        var unused = Shell(.unopened(.checking))
-        unused.close(stop: true)
-        #expect(unused.cleanups == ["nil"])
-        unused.checked()
-        #expect(unused.opens == 0 && unused.cleanups == ["nil"])
+        #expect(checking.opens == 0, "nothing waits: the file is never opened")
+        #expect(checking.cleanups == ["nil"])
     }
 
     @Test("task cancellation: an operation waiting for the open ends at once; one on the entry is stopped")
@@ -344,27 +278,17 @@ struct ChannelLifecycleTests {
         #expect(shell.stops == 1)
     }
 
-    @Test("close, then the last waiting operation is cancelled: cleanup(nil) runs once (it never ran before); during an open, the entry gets it")
+    @Test("close, then the last waiting operation is cancelled while the path is checked: cleanup(nil) runs once (it never ran before)")
     func cancelLastWaitingAfterClose() {
         var shell = Shell(.unopened(.checking))
-        shell.checked()
         let op = shell.submit()
         shell.close()
         #expect(shell.cleanups.isEmpty, "an operation waits")
         shell.cancel(op)
-        #expect(shell.cleanups.isEmpty, "the open is under way")
-        shell.failed(.tooManyOpenFiles)
-        #expect(shell.cleanups == ["\(Errno.tooManyOpenFiles)"], "once")
-
-        // Released: the reopen under way hands it on, once.
-        var released = Shell(.open(FakeEntry(), base: 0))
-        _ = released.release(position: nil)
-        let waiting = released.submit()
-        released.close()
-        released.cancel(waiting)
-        #expect(released.cleanups.isEmpty)
-        released.opened()
-        #expect(released.cleanups == ["entry"])
+        #expect(shell.cleanups == ["nil"], "nothing waits and nothing will open")
+        shell.checked()
+        #expect(shell.opens == 0)
+        #expect(shell.cleanups == ["nil"])
 
         // The same with close(stop: true) after a plain close.
         var twice = Shell(.unopened(.checking))
@@ -372,9 +296,7 @@ struct ChannelLifecycleTests {
         twice.close()
         twice.close(stop: true)
         #expect(twice.withoutIOErrors == [.canceled])
-        #expect(twice.cleanups.isEmpty, "the open made at the first use is under way")
-        twice.opened()
-        #expect(twice.cleanups == ["entry"])
+        #expect(twice.cleanups == ["nil"])
     }
 
     // MARK: - letting go of the fd

@@ -60,26 +60,25 @@ extension ChannelCore {
     }
 
     /// The asynchronous check of a path channel's path (statx; with `.create`
-    /// and no file, its directory). A channel used before it ends opens its
-    /// file at once, and the open's result stands (`checkFailed`).
+    /// and no file, its directory).
     func checkPath() {
         guard let spec = pathSpec else { return }
         let follow = !spec.options.contains(.noFollow)
         Probe.statx(engine: engine, path: spec.path, follow: follow) { [self] result in
             switch result {
             case .success(let fileKind):
-                if let error = fileKind.unusable(for: kind) { return checkFailed(error) }
+                if let error = fileKind.unusable(for: kind) { return pathFailed(error) }
                 pathChecked()
             case .failure(.noSuchFileOrDirectory) where spec.options.contains(.create):
                 Probe.statx(engine: engine, path: spec.path.removingLastComponent(), follow: true) { [self] parent in
                     switch parent {
                     case .success(.directory): pathChecked()
-                    case .success: checkFailed(.notDirectory)
-                    case .failure(let error): checkFailed(error)
+                    case .success: pathFailed(.notDirectory)
+                    case .failure(let error): pathFailed(error)
                     }
                 }
             case .failure(let error):
-                checkFailed(error)
+                pathFailed(error)
             }
         }
     }
@@ -89,34 +88,17 @@ extension ChannelCore {
         if open { openPath() }
     }
 
-    private func checkFailed(_ error: Errno) {
-        guard let actions = lock.withLock({ lifecycle.checkFailed(error) }) else { return }
-        carryOut(actions, error)
-    }
-
     /// Opens the path (the first time, or again after the channel let go
     /// of its fd: then without `.truncate`, `.exclusive` or `.create`, the
     /// same file or an error, at the stream position it had). `retried`:
     /// an open that waited for a path channel's fd to close
     /// (`PathDescriptors.waitForClose`) tries again.
-    ///
-    /// Opened before the check ended (`openingUnchecked`), the file is
-    /// opened with `O_NONBLOCK`, so that a FIFO cannot block the open, and
-    /// the fd's kind stands for the check: a regular file keeps the fd
-    /// (`O_NONBLOCK` cleared unless asked for); anything else is opened
-    /// again as a checked path is (`blocking`: a FIFO's read end waits for
-    /// a writer there), and the first fd closes once that open ends
-    /// (`thenClose`: the FIFO never sees its end closed meanwhile).
-    func openPath(retried: Bool = false, blocking: Bool = false, thenClose: Int32? = nil) {
+    func openPath(retried: Bool = false) {
         guard let spec = pathSpec else { return }
-        let (reopen, identity, unchecked) = lock.withLock {
-            (lifecycle.reopening, openedIdentity, lifecycle.openingUnchecked)
-        }
-        let nonBlocking = unchecked && !blocking
+        let (reopen, identity) = lock.withLock { (lifecycle.reopening, openedIdentity) }
         let permissions = spec.permissions?.rawValue ?? 0o666
-        let flags = (reopen == nil ? spec.openFlags : spec.reopenFlags) | (nonBlocking ? O_NONBLOCK : 0)
+        let flags = reopen == nil ? spec.openFlags : spec.reopenFlags
         Probe.open(engine: engine, path: spec.path, flags: flags, mode: UInt32(permissions)) { [self] result in
-            if let thenClose { Syscall.closeIgnoringErrors(thenClose) }
             /// The open failed for good (a woken waiter's says so first).
             func failed(_ error: Errno, closing fd: Int32? = nil, detail: String? = nil) {
                 if let fd { Syscall.closeIgnoringErrors(fd) }
@@ -125,11 +107,6 @@ extension ChannelCore {
             }
             switch result {
             case .failure(let error):
-                if nonBlocking && (error == .noSuchAddressOrDevice || error == .resourceTemporarilyUnavailable) {
-                    // A FIFO with no reader (ENXIO), a socket, a lease (EAGAIN): check it as
-                    // the check would have, then open it the way that may wait.
-                    return checkThenOpen(retried: retried)
-                }
                 if error == .tooManyOpenFiles || error == .tooManyOpenFilesInSystem {
                     if PathDescriptors.shared.waitForClose(retried: retried, { [self] in openPath(retried: true) }) {
                         return
@@ -148,17 +125,6 @@ extension ChannelCore {
                 case .success(let (fileKind, found)):
                     // The file may have changed since the check.
                     if let error = fileKind.unusable(for: kind) { return failed(error, closing: fd) }
-                    if nonBlocking {
-                        guard fileKind == .regular else {
-                            return openPath(retried: retried, blocking: true, thenClose: fd)
-                        }
-                        // (F_SETFL sets the status flags the open set, O_NONBLOCK only if asked.)
-                        if spec.openFlags & O_NONBLOCK == 0 {
-                            do throws(Errno) { _ = try Syscall.fcntl(fd, F_SETFL, spec.openFlags) } catch {
-                                return failed(error, closing: fd)
-                            }
-                        }
-                    }
                     if let reopen {
                         // Renamed or replaced since: never another file.
                         if found != identity {
@@ -174,26 +140,6 @@ extension ChannelCore {
                     pathOpened(FDEntry.owning(fd: fd, kind: fileKind, identity: found), identity: found,
                                retried: retried)
                 }
-            }
-        }
-    }
-
-    /// An open made before the check ended could not tell the kind (it
-    /// failed with `ENXIO` or `EAGAIN`): the check's statx, then the open
-    /// that may wait (`EISDIR`/`ESPIPE` as the check gives them).
-    private func checkThenOpen(retried: Bool) {
-        guard let spec = pathSpec else { return }
-        Probe.statx(engine: engine, path: spec.path, follow: !spec.options.contains(.noFollow)) { [self] result in
-            switch result {
-            case .success(let fileKind):
-                if let error = fileKind.unusable(for: kind) {
-                    if retried { PathDescriptors.shared.retryFailed() }
-                    return pathFailed(error)
-                }
-                openPath(retried: retried, blocking: true)
-            case .failure(let error):
-                if retried { PathDescriptors.shared.retryFailed() }
-                pathFailed(error)
             }
         }
     }
@@ -222,10 +168,6 @@ extension ChannelCore {
             if let detail { reopenDetail = detail }
             return lifecycle.pathFailed(error)
         }
-        carryOut(actions, error)
-    }
-
-    private func carryOut(_ actions: Lifecycle.FailedActions, _ error: Errno) {
         for item in actions.pending {
             switch item {
             case .operation(let op): op.finishWithoutIO(error)

@@ -92,9 +92,6 @@ package final class ChannelCore: @unchecked Sendable {
          cleanup: @escaping @Sendable (Errno?) -> Void) {
         self.kind = kind
         self.lifecycle = Lifecycle(.unopened(.checking))
-        // A stream channel on a FIFO must not open it early: a read end
-        // opened without blocking sees no writer yet (ChannelCore+Path.swift).
-        self.lifecycle.opensBeforeCheck = kind == .random && tempEarlyOpenSwitch
         self.queue = queue
         self.engine = engine
         self.cleanup = cleanup
@@ -360,7 +357,3 @@ package final class ChannelCore: @unchecked Sendable {
         queue.async { cleanup(error) }
     }
 }
-
-// TEMP A/B
-let tempEarlyOpenSwitch = getenv("RINGIO_PATH_EARLY_OPEN").map { String(cString: $0) } != "0"
-let tempSabotage = getenv("RINGIO_PD_SABOTAGE").map { String(cString: $0) } == "1"

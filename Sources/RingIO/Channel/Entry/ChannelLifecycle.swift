@@ -10,7 +10,7 @@ import RingIOBase
 ///
 /// ```
 ///   path channel:  checking ──pathChecked──▶ checked ──first use──▶ opening ──pathOpened──▶ open(entry)
-///                     │  └──first use: waits (deferred); opensBeforeCheck: opens, unchecked ─┘ │ release
+///                     │  └──first use: waits (deferred)                 │            ▲          │ release
 ///                     │                                                 │   pathOpened│          ▼ (idle, not pinned)
 ///                     │                                  reopening ◀──next use── released(position)
 ///                     └──────────pathFailed─────────────┬───────┴───────┘
@@ -19,12 +19,6 @@ import RingIOBase
 ///
 ///   close:  not closed ──close──▶ closed ──close(stop: true)──▶ stopped
 /// ```
-///
-/// A path channel that `opensBeforeCheck` (a random one), used before its
-/// check ends, opens its file at once (`openingUnchecked`: the shell opens
-/// with `O_NONBLOCK`, so that a FIFO cannot block it, and learns the kind
-/// from the fd); the check's result, when it comes, is then ignored: the
-/// open says all the check would.
 ///
 /// A path channel whose entry has nothing queued, running or left to
 /// return may let go of its fd (`release`) and open the path again on its
@@ -50,8 +44,7 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
 
     /// How far a path channel is in opening its file.
     enum Opening: Equatable {
-        /// The path is being checked (`statx`); work waits in `deferred`
-        /// (unless `opensBeforeCheck`: then the first use opens it).
+        /// The path is being checked (`statx`); work waits in `deferred`.
         case checking
         /// Checked; nothing waits: the first operation or barrier opens it.
         case checked
@@ -160,14 +153,6 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
     private(set) var deferred: [Deferred] = []
     /// The user saw the fd (`pin`): the channel never lets go of it.
     private(set) var pinned = false
-    /// The path's check has not reported yet (`pathChecked`, `checkFailed`).
-    private(set) var checkOutstanding = false
-    /// A first use before the check ends opens the file at once (the
-    /// shell's choice: random channels, which a FIFO cannot serve anyway).
-    var opensBeforeCheck = false
-    /// The open under way started before the check passed: the shell opens
-    /// without blocking and learns the kind from the fd.
-    private(set) var openingUnchecked = false
 
     /// A channel that starts at `target`: `.open` for an fd channel,
     /// `.unopened(.checking)` for a path channel, `.failed` for one whose
@@ -176,7 +161,6 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
     init(_ target: Target) {
         self.target = target
         if case .failed = target { cleanupHandedOff = true }
-        if case .unopened(.checking) = target { checkOutstanding = true }
         _invariantCheck()
     }
 
@@ -291,28 +275,12 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
         return entry
     }
 
-    /// The path's check passed: returns whether the shell must open it now
-    /// (never: the first use opens it; once that began, this is ignored).
+    /// The path's check passed: returns whether the shell must open it now.
     mutating func pathChecked() -> Bool {
         defer { _invariantCheck() }
-        guard checkOutstanding else { illegal("pathChecked") }
-        checkOutstanding = false
-        guard case .unopened(.checking) = target else { return false }
+        guard case .unopened(.checking) = target else { illegal("pathChecked") }
         target = .unopened(.checked)
         return startOpenIfNeeded()
-    }
-
-    /// The path's check failed with `error`: the channel fails, unless its
-    /// first use already began opening the file (then that open decides,
-    /// and this returns `nil`).
-    mutating func checkFailed(_ error: Errno) -> FailedActions? {
-        guard checkOutstanding else { illegal("checkFailed(\(error))") }
-        checkOutstanding = false
-        guard case .unopened(.checking) = target else {
-            _invariantCheck()
-            return nil
-        }
-        return pathFailed(error)
     }
 
     /// The file opened on `entry`.
@@ -320,7 +288,6 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
         defer { _invariantCheck() }
         guard case .unopened(let opening) = target, opening.isOpening else { illegal("pathOpened") }
         target = .open(entry, base: 0)
-        openingUnchecked = false
         let pending = deferred
         deferred = []
         let handOff = isClosed && !cleanupHandedOff
@@ -335,7 +302,6 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
             illegal("pathFailed(\(error))")
         }
         target = .failed(error)
-        openingUnchecked = false
         let pending = deferred
         deferred = []
         let runCleanup = !cleanupHandedOff
@@ -352,14 +318,11 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
         return true
     }
 
-    /// Whether the shell must start opening the file now: not yet opening,
-    /// and something waits (before the check ends: `openingUnchecked`).
+    /// Whether the shell must start opening the file now: checked (or
+    /// released), not yet opening, and something waits.
     private mutating func startOpenIfNeeded() -> Bool {
         guard !deferred.isEmpty else { return false }
         switch target {
-        case .unopened(.checking) where opensBeforeCheck:
-            target = .unopened(.opening)
-            openingUnchecked = true
         case .unopened(.checked): target = .unopened(.opening)
         case .unopened(.released(let position)): target = .unopened(.reopening(position: position))
         default: return false
@@ -383,8 +346,6 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
         switch target {
         case .unopened(.checked), .unopened(.released):
             precondition(deferred.isEmpty, "a checked or released path with work waiting is not opening")
-        case .unopened(.checking):
-            precondition(deferred.isEmpty || !opensBeforeCheck, "work waits for the check of a channel that opens before it")
         case .unopened:
             break
         case .open, .failed:
@@ -396,10 +357,6 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
             precondition(cleanupHandedOff, "a closed channel with nothing open or waiting kept its cleanup handler")
         }
         if pinned, case .unopened(.released) = target { preconditionFailure("a pinned channel let go of its fd") }
-        if case .unopened(.checking) = target { precondition(checkOutstanding, "checking, with no check under way") }
-        if openingUnchecked, case .unopened(.opening) = target {} else if openingUnchecked {
-            preconditionFailure("openingUnchecked outside an open")
-        }
         if closing == .stopped {
             for case .operation in deferred { preconditionFailure("an operation waits in a stopped channel") }
         }

@@ -78,7 +78,7 @@ final class PathDescriptors: @unchecked Sendable {
             open += 1
             if retried { retrying -= 1 }
             if closes { closing += 1 }
-            if !limitRead || tempSabotage { readLimitLocked() }
+            if !limitRead { readLimitLocked() }
             updatePressureLocked()
             let stalled = stalledLocked()
             guard open > cap, searchNowLocked(pressureBefore: before) else { return (0, stalled) }
@@ -159,7 +159,7 @@ final class PathDescriptors: @unchecked Sendable {
     /// woken to try once more (each fails if its open fails again and this
     /// still holds).
     private func stalledLocked() -> [Retry] {
-        guard !tempSabotage, !waiters.isEmpty, holders.isEmpty, closing == 0, retrying == 0 else { return [] }
+        guard !waiters.isEmpty, holders.isEmpty, closing == 0, retrying == 0 else { return [] }
         var woken: [Retry] = []
         while let waiter = waiters.popFirst() { woken.append(waiter) }
         retrying += woken.count
