@@ -157,6 +157,110 @@ struct PathReleaseTests {
         }
         ChildChecks.report(result)
     }
+
+    @Test("EMFILE: the limit is read once and again after EMFILE; an open waiting for a close opens once a busy holder closes, and fails with EMFILE (no hang) once the last holder is pinned",
+          .timeLimit(.minutes(5)), arguments: allBackends)
+    func waitingOpenNeverHangs(backend: IOEngine.Backend) async throws {
+        _ = try makeEngine(backend)
+        let useRing = backend == .ioUring
+        let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) { [useRing = useRing as Bool] in
+            ChildChecks.run { checks in try waitingOpenChild(useRing: useRing, checks) }
+        }
+        ChildChecks.report(result)
+    }
+}
+
+/// Sets the soft `RLIMIT_NOFILE`; false if the hard limit is lower.
+private func setOpenFileLimit(_ limit: Int) -> Bool {
+    var rl = rlimit()
+    getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &rl)
+    guard rl.rlim_max >= rlim_t(limit) else { return false }
+    rl.rlim_cur = rlim_t(limit)
+    return setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &rl) == 0
+}
+
+private func waitingOpenChild(useRing: Bool, _ checks: ChildChecks) throws {
+    guard setOpenFileLimit(256) else { return checks.check(false, "setrlimit(256): \(errno)") }
+    let engine = try childEngine(useRing: useRing)
+    let dir = TemporaryDirectory()
+    let content = randomBytes(100, seed: 9)
+    try writeFile(dir.file("f"), content)
+    let queue = IOQueue(label: "waiting-open")
+    let blocked = IOQueue(label: "waiting-open.blocked")
+    func channel() throws -> IOChannel {
+        try IOChannel(kind: .random, path: FilePath(dir.file("f")), mode: .readOnly, queue: queue, engine: engine)
+    }
+    /// A read whose handler waits for `gate` (its channel is busy till then).
+    func busyRead(_ channel: IOChannel, gate: Latch) {
+        let entered = Latch()
+        channel.read(offset: 0, length: 10, queue: blocked) { done, _, _ in
+            guard done else { return }
+            entered.signal()
+            _ = gate.wait(timeout: .seconds(300))
+        }
+        checks.check(entered.wait(timeout: .seconds(60)), "the busy read did not run")
+    }
+    func read(_ channel: IOChannel, timeout: Duration = .seconds(60)) -> Recorder {
+        let r = Recorder(queue: queue)
+        channel.read(offset: 0, length: 100, queue: queue, handler: r.handler)
+        _ = r.wait(timeout: timeout)
+        return r
+    }
+
+    // The limit is read at the first open, not at every one: a raised limit
+    // counts from the next EMFILE.
+    let a = try channel()
+    checks.check(read(a).bytes == content, "first read")
+    checks.check(PathDescriptors.shared.currentCap == 128, "cap \(PathDescriptors.shared.currentCap) at limit 256")
+    guard setOpenFileLimit(1024) else { return checks.check(false, "setrlimit(1024): \(errno)") }
+    let b = try channel()
+    checks.check(read(b).bytes == content, "second read")
+    checks.check(PathDescriptors.shared.currentCap == 128, "the limit was read again before any EMFILE")
+    // Every number taken: the next open fails with EMFILE, reads the limit
+    // again, and opens once an idle holder (a or b) lets go of its fd.
+    var fillers: [Int32] = []
+    func takeEveryNumber() {
+        while true {
+            let d = dup(2)
+            if d < 0 { break }
+            fillers.append(d)
+        }
+    }
+    takeEveryNumber()
+    let c = try channel()
+    checks.check(read(c).bytes == content, "read after EMFILE")
+    checks.check(PathDescriptors.shared.currentCap == 512, "cap \(PathDescriptors.shared.currentCap) after EMFILE at limit 1024")
+    for other in [a, b] where other.core.currentEntry != nil { _ = other.core.releaseIfIdle() }
+    checks.check(waitUntil { PathDescriptors.shared.openCount == 1 }, "path fds open: \(PathDescriptors.shared.openCount)")
+    takeEveryNumber()
+
+    // c, the one holder, is busy; d waits for a close. c closes: once its
+    // handler returns its fd closes and d opens.
+    let gate1 = Latch()
+    busyRead(c, gate: gate1)
+    let d = try channel()
+    let dRead = Recorder(queue: queue)
+    d.read(offset: 0, length: 100, queue: queue, handler: dRead.handler)
+    checks.check(waitUntil(timeout: .seconds(60)) { PathDescriptors.shared.waitingCount == 1 }, "d does not wait")
+    c.close()
+    gate1.signal()
+    checks.check(dRead.wait(timeout: .seconds(60)) && dRead.bytes == content, "d after c closed: \(dRead.shapes)")
+
+    // d, now the one holder, is busy; e waits. d is pinned (fileDescriptor):
+    // no fd will close by itself, so e tries once more and fails with
+    // EMFILE (before, it waited forever).
+    let gate2 = Latch()
+    busyRead(d, gate: gate2)
+    let e = try channel()
+    let eRead = Recorder(queue: queue)
+    e.read(offset: 0, length: 100, queue: queue, handler: eRead.handler)
+    checks.check(waitUntil(timeout: .seconds(60)) { PathDescriptors.shared.waitingCount == 1 }, "e does not wait")
+    checks.check(d.fileDescriptor != nil, "d has no fd")
+    checks.check(eRead.wait(timeout: .seconds(20)), "e hung after the last holder was pinned")
+    checks.check(eRead.shapes == [Shape(true, nil, .tooManyOpenFiles)], "e: \(eRead.shapes)")
+    gate2.signal()
+    for channel in [a, b, d, e] { channel.close() }
+    fillers.forEach { close($0) }
 }
 
 private func tenThousandChild(useRing: Bool, _ checks: ChildChecks) throws {

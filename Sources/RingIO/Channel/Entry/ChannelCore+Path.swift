@@ -50,8 +50,9 @@ extension ChannelCore {
         // (and `lseek` worked on this fd a moment ago).
         let position = kind == .stream ? ((try? Syscall.lseek(entry.fd, 0, SEEK_CUR)) ?? 0) : nil
         _ = lifecycle.release(position: position)
-        PathDescriptors.shared.forget(self)
+        let stalled = PathDescriptors.shared.forget(self, closing: true)
         lock.unlock()
+        PathDescriptors.run(stalled)
         entry.closeReleased()
         return true
     }
@@ -95,55 +96,61 @@ extension ChannelCore {
 
     /// Opens the path (the first time, or again after the channel let go
     /// of its fd: then without `.truncate`, `.exclusive` or `.create`, the
-    /// same file or an error, at the stream position it had).
-    func openPath() {
+    /// same file or an error, at the stream position it had). `retried`:
+    /// an open that waited for a path channel's fd to close
+    /// (`PathDescriptors.waitForClose`) tries again.
+    func openPath(retried: Bool = false) {
         guard let spec = pathSpec else { return }
         let (reopen, identity) = lock.withLock { (lifecycle.reopening, openedIdentity) }
         let permissions = spec.permissions?.rawValue ?? 0o666
         let flags = reopen == nil ? spec.openFlags : spec.reopenFlags
         Probe.open(engine: engine, path: spec.path, flags: flags, mode: UInt32(permissions)) { [self] result in
+            /// The open failed for good (a woken waiter's says so first).
+            func failed(_ error: Errno, closing fd: Int32? = nil, detail: String? = nil) {
+                if let fd { Syscall.closeIgnoringErrors(fd) }
+                if retried { PathDescriptors.shared.retryFailed() }
+                pathFailed(error, detail: detail)
+            }
             switch result {
             case .failure(let error):
-                if error == .tooManyOpenFiles || error == .tooManyOpenFilesInSystem,
-                   PathDescriptors.shared.waitForClose({ [self] in openPath() }) {
-                    return
+                if error == .tooManyOpenFiles || error == .tooManyOpenFilesInSystem {
+                    if PathDescriptors.shared.waitForClose(retried: retried, { [self] in openPath(retried: true) }) {
+                        return
+                    }
+                    // (waitForClose counted the retry.)
+                    return pathFailed(error)
                 }
                 if reopen != nil, error == .noSuchFileOrDirectory {
-                    return pathFailed(error, detail: "the file this channel opened is no longer at this path")
+                    return failed(error, detail: "the file this channel opened is no longer at this path")
                 }
-                pathFailed(error)
+                failed(error)
             case .success(let fd):
                 switch describe(fd: fd) {
                 case .failure(let error):
-                    Syscall.closeIgnoringErrors(fd)
-                    pathFailed(error)
+                    failed(error, closing: fd)
                 case .success(let (fileKind, found)):
                     // The file may have changed since the check.
-                    if let error = fileKind.unusable(for: kind) {
-                        Syscall.closeIgnoringErrors(fd)
-                        return pathFailed(error)
-                    }
+                    if let error = fileKind.unusable(for: kind) { return failed(error, closing: fd) }
                     if let reopen {
                         // Renamed or replaced since: never another file.
                         if found != identity {
-                            Syscall.closeIgnoringErrors(fd)
-                            return pathFailed(.staleNFSFileHandle,
-                                              detail: "the path names another file than the one this channel opened")
+                            return failed(.staleNFSFileHandle, closing: fd,
+                                          detail: "the path names another file than the one this channel opened")
                         }
                         if let position = reopen {
                             do throws(Errno) { try Syscall.lseek(fd, position, SEEK_SET) } catch {
-                                Syscall.closeIgnoringErrors(fd)
-                                return pathFailed(error)
+                                return failed(error, closing: fd)
                             }
                         }
                     }
-                    pathOpened(FDEntry.owning(fd: fd, kind: fileKind, identity: found), identity: found)
+                    pathOpened(FDEntry.owning(fd: fd, kind: fileKind, identity: found), identity: found,
+                               retried: retried)
                 }
             }
         }
     }
 
-    private func pathOpened(_ entry: FDEntry, identity: FileIdentity) {
+    private func pathOpened(_ entry: FDEntry, identity: FileIdentity, retried: Bool) {
         lock.lock()
         if openedIdentity == nil { openedIdentity = identity }
         let actions = lifecycle.pathOpened(entry)
@@ -157,7 +164,7 @@ extension ChannelCore {
         // (Only a regular file's channel ever lets go of its fd.)
         if !lifecycle.isClosed && entry.kind == .regular { PathDescriptors.shared.hold(self) }
         lock.unlock()
-        PathDescriptors.shared.opened(regular: entry.kind == .regular)
+        PathDescriptors.shared.opened(retried: retried, closing: actions.handOffCleanup)
         entry.start(ready)
         if actions.handOffCleanup { entry.channelClosed(cleanup: .init(queue: queue, handler: cleanup)) }
     }

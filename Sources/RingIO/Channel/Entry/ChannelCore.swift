@@ -196,11 +196,12 @@ package final class ChannelCore: @unchecked Sendable {
     /// The fd the user asks for: a path channel that shows it never lets
     /// go of it.
     var fileDescriptor: FileDescriptor? {
-        let entry = lock.withLock { () -> FDEntry? in
+        let (entry, stalled) = lock.withLock { () -> (FDEntry?, [PathDescriptors.Retry]) in
             let entry = lifecycle.pin()
-            if entry != nil && pathSpec != nil { PathDescriptors.shared.forget(self) }
-            return entry
+            guard entry != nil && pathSpec != nil else { return (entry, []) }
+            return (entry, PathDescriptors.shared.forget(self, closing: false))
         }
+        PathDescriptors.run(stalled)
         return entry.map { FileDescriptor(rawValue: $0.fd) }
     }
 
@@ -344,8 +345,10 @@ package final class ChannelCore: @unchecked Sendable {
         lock.lock()
         let actions = lifecycle.close(stop: stop)
         let toStop = actions.stopActive ? activeLocked() : []
-        if pathSpec != nil { PathDescriptors.shared.forget(self) }
+        // (A path channel's entry closes its fd once its handlers return.)
+        let stalled = pathSpec == nil ? [] : PathDescriptors.shared.forget(self, closing: actions.closeEntry != nil)
         lock.unlock()
+        PathDescriptors.run(stalled)
         for op in actions.cancel { op.finishWithoutIO(.canceled) }
         for op in toStop { op.stop() }
         if let entry = actions.closeEntry { entry.channelClosed(cleanup: .init(queue: queue, handler: cleanup)) }

@@ -434,7 +434,7 @@ final class FDEntry: @unchecked Sendable {
         }
         if ownsDescriptor {
             Syscall.closeIgnoringErrors(fd)
-            PathDescriptors.shared.closed(regular: kind == .regular)
+            PathDescriptors.shared.closed()
         }
         for cleanup in list {
             let handler = cleanup.handler
