@@ -53,4 +53,25 @@ struct StaleTemporaryTests {
                 "left after the next writeFile: \(after)")
         #expect(IO.removeStaleTemporaries(beside: FilePath(target)) == 0)
     }
+
+    @Test("writeFile lists a directory for stale temporaries once per process, not once per write", arguments: allBackends)
+    func oneScanPerDirectory(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        try await IO.writeFile(DataChunk(Array("a".utf8)), to: FilePath(dir.file("a")), engine: engine)
+        // A temporary of a process that does not exist (beyond any pid_max), made after
+        // the first write into the directory: later writes do not list the directory
+        // again (a listing per write made n writes into one directory O(n²)).
+        let stale = dir.file(".b.ringio-4194305-abc")
+        try writeFile(stale, [1])
+        for name in ["b", "c", "d"] {
+            try await IO.writeFile(DataChunk(Array(name.utf8)), to: FilePath(dir.file(name)), engine: engine)
+        }
+        #expect(try FileManagerless.list(dir.path).contains(".b.ringio-4194305-abc"),
+                "a later writeFile listed the directory again")
+        #expect(try readFile(dir.file("b")) == Array("b".utf8))
+        // On demand, it goes.
+        #expect(IO.removeStaleTemporaries(beside: FilePath(dir.file("b"))) == 1)
+        #expect(try !FileManagerless.list(dir.path).contains(".b.ringio-4194305-abc"))
+    }
 }

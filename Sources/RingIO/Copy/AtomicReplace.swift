@@ -82,11 +82,33 @@ extension IO {
     /// `atomically`, `IO.copyFile` with `atomically`, ringcp): the names
     /// `temporaryPath(beside: path)` makes, whose creating process no longer
     /// exists. A temporary of a live process (this one included) is never
-    /// touched. `IO.writeFile` calls this before it writes.
+    /// touched. `IO.writeFile` does this before its first write into a
+    /// directory in a process (later ones skip the scan).
     ///
     /// - Returns: the number of files removed (0 when the directory cannot be read).
     @discardableResult
     public static func removeStaleTemporaries(beside path: FilePath) -> Int {
+        removeStaleTemporaries(beside: path, onlyOncePerDirectory: false)
+    }
+
+    /// The directories whose stale temporaries this process has already
+    /// looked for (`IO.writeFile` scans a directory once: a scan lists the
+    /// whole directory, and a scan per write made writing n files into one
+    /// directory cost O(n²)). Bounded: emptied when it reaches 1,024.
+    private static let scannedDirectories = Locked(Set<String>())
+
+    /// `removeStaleTemporaries(beside:)`, or nothing when `onlyOncePerDirectory`
+    /// and this process has scanned `path`'s directory before.
+    @discardableResult
+    package static func removeStaleTemporaries(beside path: FilePath, onlyOncePerDirectory: Bool) -> Int {
+        if onlyOncePerDirectory {
+            let key = path.removingLastComponent().string
+            let first = scannedDirectories.withLock { scanned in
+                if scanned.count >= 1024 { scanned.removeAll(keepingCapacity: true) }
+                return scanned.insert(key).inserted
+            }
+            guard first else { return 0 }
+        }
         guard let name = path.lastComponent else { return 0 }
         let directory = path.removingLastComponent()
         let prefix = ".\(name.string).ringio-"

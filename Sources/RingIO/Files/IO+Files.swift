@@ -121,8 +121,9 @@ extension IO {
             throw IOError(.openForWriting, path: path, errno: error)
         }
         let target = replace?.temporary ?? path
-        // Temporaries of earlier writers killed before their rename.
-        if atomically { removeStaleTemporaries(beside: path) }
+        // Temporaries of earlier writers killed before their rename: the
+        // first write of this process into the directory looks for them.
+        if atomically { removeStaleTemporaries(beside: path, onlyOncePerDirectory: true) }
         let options: FileDescriptor.OpenOptions = atomically ? [.create, .exclusiveCreate] : [.create, .truncate]
         let channel = try IOChannel(kind: .stream, path: target, mode: .writeOnly, options: options,
                                     permissions: permissions, queue: .global, engine: engine)
