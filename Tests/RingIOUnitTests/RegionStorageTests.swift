@@ -5,6 +5,7 @@ import RingIOTestSupport
 @testable import RingIOFiles
 @testable import RingIOData
 @testable import RingIOEngine
+@testable import RingIOBase
 
 /// The engine's read buffers as `DataChunk` storage: a `RegionStorage` of
 /// their own (not a subclass of `DataChunk.Storage`), which carries the
@@ -49,5 +50,67 @@ struct RegionStorageTests {
     func sharedPoolSize() {
         #expect(BufferPool.shared.bufferSize == IOChannel.chunkSize)
         #expect(BufferPool.registrableCount == 32)
+    }
+
+    @Test("a small read's chunk owns its 4 KiB block: one leaf, its slices keep the bytes, the block comes back last")
+    func smallBlockLeaf() throws {
+        let pattern = { (i: Int) in UInt8(truncatingIfNeeded: i &* 7 &+ 3) }
+        let block = SmallBlocks.take()
+        for i in 0..<SmallBlocks.size { block.storeBytes(of: pattern(i), toByteOffset: i, as: UInt8.self) }
+        var chunk: DataChunk? = DataChunk(smallBlock: block, count: 3000)
+        #expect(chunk!.count == 3000 && chunk!.regionCount == 1)
+        #expect(chunk!.root!.checkInvariants())
+        #expect(chunk!.soleStorage?.registered == nil)
+        chunk!.withUnsafeBytes { #expect($0.baseAddress == UnsafeRawPointer(block), "the chunk's bytes are the block (no copy)") }
+        var slice: DataChunk? = chunk![1000..<2000]
+        var joined: DataChunk? = DataChunk([1, 2, 3]) + slice!
+        #expect(joined!.root!.checkInvariants() && joined!.regionCount == 2)
+        chunk = nil
+        // The block still backs the slice and the join.
+        #expect(Array(slice!) == (1000..<2000).map(pattern))
+        #expect(Array(joined!) == [1, 2, 3] + (1000..<2000).map(pattern))
+        slice = nil
+        #expect(Array(joined!.subrange(3..<1003)) == (1000..<2000).map(pattern))
+        joined = nil
+        // The last region is gone: the block is back in this thread's cache,
+        // the first one handed out again.
+        let again = SmallBlocks.take()
+        #expect(again == block)
+        // An empty read gives the block back at once.
+        #expect(DataChunk(smallBlock: again, count: 0).isEmpty)
+        let third = SmallBlocks.take()
+        #expect(third == block)
+        SmallBlocks.give(third)
+    }
+
+    @Test("blocks given back on another thread are that thread's; more than it keeps go to the shared ones or free")
+    func smallBlocksAcrossThreads() throws {
+        // 40 blocks taken here, their chunks dropped on another thread that
+        // then ends (its cache is freed): nothing traps, nothing is reused twice.
+        var chunks: [DataChunk] = []
+        var seen = Set<UnsafeMutableRawPointer>()
+        for i in 0..<40 {
+            let block = SmallBlocks.take()
+            #expect(seen.insert(block).inserted, "a block was handed out twice")
+            block.storeBytes(of: UInt8(i), as: UInt8.self)
+            chunks.append(DataChunk(smallBlock: block, count: 1))
+        }
+        let box = Locked(chunks)
+        chunks = []
+        let done = Latch()
+        let intact = Locked(false)
+        let rc = spawnThread(name: "ringio-test-blocks") {
+            let held = box.withLock { held in
+                defer { held = [] }
+                return held
+            }
+            let ok = held.count == 40 && held.enumerated().allSatisfy { $0.element.first == UInt8($0.offset) }
+            intact.withLock { $0 = ok }
+            done.signal()
+        }
+        #expect(rc == 0)
+        #expect(done.wait(timeout: .seconds(300)))
+        #expect(intact.withLock { $0 }, "the chunks' bytes were not intact on the other thread")
+        #expect(box.withLock { $0.isEmpty })
     }
 }

@@ -24,6 +24,8 @@ struct DataRow {
     let name: String
     let ring: Double
     let dispatch: Double
+    /// The same work on a `[UInt8]`, where the row has it.
+    var array: Double? = nil
 }
 
 func dataChunkBenchmarks() -> [DataRow] {
@@ -113,6 +115,27 @@ func dataChunkBenchmarks() -> [DataRow] {
         dispatch: timePerCall(iterations: 5) {
             var s = 0
             for b in dispatchPieces { s &+= Int(b) }
+            sink &+= s
+        } / Double(1 << 20)))
+    // ... and over a contiguous MiB, beside an Array of the same bytes.
+    let arrayMiB = [UInt8](UnsafeRawBufferPointer(mib))
+    let ringCopyMiB = DataChunk(arrayMiB)
+    let dispatchCopyMiB = arrayMiB.withUnsafeBytes { DispatchData(bytes: $0) }
+    rows.append(DataRow(
+        name: "iterate a contiguous 1 MiB, per byte",
+        ring: timePerCall(iterations: 20) {
+            var s = 0
+            for b in ringCopyMiB { s &+= Int(b) }
+            sink &+= s
+        } / Double(1 << 20),
+        dispatch: timePerCall(iterations: 20) {
+            var s = 0
+            for b in dispatchCopyMiB { s &+= Int(b) }
+            sink &+= s
+        } / Double(1 << 20),
+        array: timePerCall(iterations: 20) {
+            var s = 0
+            for b in arrayMiB { s &+= Int(b) }
             sink &+= s
         } / Double(1 << 20)))
     return rows

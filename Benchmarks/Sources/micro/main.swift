@@ -251,7 +251,8 @@ print("\nDataChunk beside DispatchData (best of 3; time per operation)")
 let dataRows = dataChunkBenchmarks()
 for row in dataRows {
     print(pad(row.name, 40) + "RingIO " + lpad(formatTime(row.ring), 10) + "   DispatchData " + lpad(formatTime(row.dispatch), 10)
-          + "   DispatchData / RingIO: " + fixed(row.dispatch / row.ring, 1) + "×")
+          + "   DispatchData / RingIO: " + fixed(row.dispatch / row.ring, 1) + "×"
+          + (row.array.map { "   [UInt8] " + formatTime($0) + ", RingIO / [UInt8]: " + fixed(row.ring / $0, 1) + "×" } ?? ""))
 }
 close(fd)
 unlink(path)

@@ -36,25 +36,53 @@ extension DataChunk: RandomAccessCollection {
     }
 
     /// Walks the regions leaf by leaf: O(count) for all bytes, no lookup per byte.
+    ///
+    /// The step within a region is inlined into the loop that iterates
+    /// (`for byte in chunk`): a load and an increment per byte, as an
+    /// `Array`'s; only moving to the next region is a call.
     public struct Iterator: IteratorProtocol {
         private var leaves: LeafWalker
+        /// The current region (kept alive while its bytes are read).
         private var leaf: Node?
-        private var position = 0
+        /// The current region's bytes, and the next byte's offset in them.
+        @usableFromInline var base: UnsafeRawPointer?
+        @usableFromInline var count = 0
+        @usableFromInline var position = 0
 
         init(root: Node?) {
             leaves = LeafWalker(root)
-            leaf = leaves.next()
+            if let first = leaves.next() {
+                leaf = first
+                base = first.base
+                count = first.count
+            }
         }
 
+        @inlinable
         public mutating func next() -> UInt8? {
-            while let current = leaf {
-                if position < current.count {
-                    defer { position += 1 }
-                    return current.base!.load(fromByteOffset: position, as: UInt8.self)
-                }
-                leaf = leaves.next()
-                position = 0
+            if position < count {
+                defer { position &+= 1 }
+                return base.unsafelyUnwrapped.load(fromByteOffset: position, as: UInt8.self)
             }
+            return nextRegion()
+        }
+
+        /// The first byte of the next region, which becomes the current one;
+        /// `nil` at the end.
+        @usableFromInline
+        mutating func nextRegion() -> UInt8? {
+            while let next = leaves.next() {
+                leaf = next
+                base = next.base
+                count = next.count
+                guard count > 0 else { continue }
+                position = 1
+                return base.unsafelyUnwrapped.load(as: UInt8.self)
+            }
+            leaf = nil
+            base = nil
+            count = 0
+            position = 0
             return nil
         }
     }

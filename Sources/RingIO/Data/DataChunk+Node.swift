@@ -1,3 +1,5 @@
+import RingIOBase
+
 /// The region tree: a persistent AVL tree whose leaves are regions and whose
 /// nodes carry byte and region counts.
 ///
@@ -23,15 +25,22 @@
 extension DataChunk {
     // @unchecked: every field is immutable after init; `base` points at
     // bytes that are never written after their storage was created, and
-    // `storage` keeps them alive.
+    // `storage` (or the leaf itself, for a `SmallBlocks` block it owns)
+    // keeps them alive.
     final class Node: @unchecked Sendable {
         let left: Node?
         let right: Node?
+        /// What keeps a leaf's bytes alive; `nil` for an inner node, and
+        /// for a leaf that owns its bytes (`ownsBlock`).
         let storage: (any RegionStorage)?
         let base: UnsafeRawPointer?
         let count: Int
         let regionCount: Int
         let height: Int
+        /// A leaf whose bytes are a `SmallBlocks` block it gives back when
+        /// it goes: one object for a small read (no storage object); its
+        /// slices keep it alive as their storage.
+        let ownsBlock: Bool
 
         /// A leaf: `count` bytes at `base`, inside `storage`. `count > 0`.
         init(storage: any RegionStorage, base: UnsafeRawPointer, count: Int) {
@@ -42,6 +51,24 @@ extension DataChunk {
             self.count = count
             self.regionCount = 1
             self.height = 0
+            self.ownsBlock = false
+        }
+
+        /// A leaf over the first `count` bytes of `block`, a `SmallBlocks`
+        /// block it owns from now on. `count > 0`.
+        init(block: UnsafeMutableRawPointer, count: Int) {
+            self.left = nil
+            self.right = nil
+            self.storage = nil
+            self.base = UnsafeRawPointer(block)
+            self.count = count
+            self.regionCount = 1
+            self.height = 0
+            self.ownsBlock = true
+        }
+
+        deinit {
+            if ownsBlock { SmallBlocks.give(UnsafeMutableRawPointer(mutating: base!)) }
         }
 
         /// An inner node over two non-empty subtrees.
@@ -53,7 +80,12 @@ extension DataChunk {
             self.count = left.count + right.count
             self.regionCount = left.regionCount + right.regionCount
             self.height = Swift.max(left.height, right.height) + 1
+            self.ownsBlock = false
         }
+
+        /// What keeps a leaf's bytes alive: its storage, or the leaf
+        /// itself when it owns them. Only for leaves.
+        @inline(__always) var keeper: any RegionStorage { storage ?? self }
 
         @inline(__always) var isLeaf: Bool { left == nil }
 
@@ -65,7 +97,7 @@ extension DataChunk {
         /// A leaf for `range` of this leaf's bytes (itself when it is the whole).
         func leaf(_ range: Range<Int>) -> Node {
             if range.count == count { return self }
-            return Node(storage: storage!, base: base! + range.lowerBound, count: range.count)
+            return Node(storage: keeper, base: base! + range.lowerBound, count: range.count)
         }
 
         // MARK: concatenation (AVL join without a middle key)
@@ -208,7 +240,7 @@ extension DataChunk {
 
         /// Checks the AVL and summary invariants (tests).
         func checkInvariants() -> Bool {
-            if isLeaf { return count > 0 && regionCount == 1 && height == 0 && storage != nil }
+            if isLeaf { return count > 0 && regionCount == 1 && height == 0 && (storage != nil) != ownsBlock }
             let l = left!, r = right!
             return abs(l.height - r.height) <= 1
                 && height == Swift.max(l.height, r.height) + 1
@@ -217,4 +249,9 @@ extension DataChunk {
                 && l.checkInvariants() && r.checkInvariants()
         }
     }
+}
+
+/// A leaf that owns its bytes is the storage of its slices.
+extension DataChunk.Node: RegionStorage {
+    var registered: RegisteredBuffer? { nil }
 }

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import RingIOBase
 import RingIOQueue
 
 /// Immutable, possibly discontiguous bytes: RingIO's `dispatch_data_t`.
@@ -103,7 +104,20 @@ public struct DataChunk: Sendable {
     /// The storage of a one-region chunk (`nil` otherwise).
     package var soleStorage: (any RegionStorage)? {
         guard let root, root.isLeaf else { return nil }
-        return root.storage
+        return root.keeper
+    }
+
+    /// A chunk of the first `count` bytes of `block`, a `SmallBlocks` block
+    /// it owns from now on (given back when the last region using it goes;
+    /// at once when `count` is 0): one object, no storage beside it.
+    package init(smallBlock block: UnsafeMutableRawPointer, count: Int) {
+        precondition(count >= 0 && count <= SmallBlocks.size, "a small block holds at most \(SmallBlocks.size) bytes")
+        guard count > 0 else {
+            SmallBlocks.give(block)
+            root = nil
+            return
+        }
+        root = Node(block: block, count: count)
     }
 
     /// A chunk over `range` of `storage`'s bytes (the engine's read buffers).

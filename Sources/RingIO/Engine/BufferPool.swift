@@ -208,37 +208,3 @@ package final class ReadBuffer: RegionStorage, @unchecked Sendable {
         return DataChunk(storage: self, range: range)
     }
 }
-
-/// Blocks of `size` bytes for the small reads that do not use a pool buffer
-/// (a 4 KiB random read, say), kept for reuse: such a read then allocates no
-/// bytes. At most `maximumIdle` idle blocks are kept (256 KiB); a block is
-/// given back when the last chunk referring to its `ReadBuffer` is gone.
-package enum SmallBlocks {
-    package static let size = 4096
-    static let maximumIdle = 64
-    private static let idle = Locked<[UnsafeMutableRawPointer]>({
-        var blocks: [UnsafeMutableRawPointer] = []
-        blocks.reserveCapacity(maximumIdle)
-        return blocks
-    }())
-
-    /// Whether a buffer for `capacity` bytes with no alignment asked for is
-    /// one of these blocks (malloc aligns them to 16 bytes).
-    package static func fits(capacity: Int, alignment: Int) -> Bool {
-        alignment == 0 && capacity <= size
-    }
-
-    static func take() -> UnsafeMutableRawPointer {
-        if let block = idle.withLock({ $0.popLast() }) { return block }
-        return malloc(size)!
-    }
-
-    static func give(_ block: UnsafeMutableRawPointer) {
-        let kept = idle.withLock { blocks -> Bool in
-            guard blocks.count < maximumIdle else { return false }
-            blocks.append(block)
-            return true
-        }
-        if !kept { free(block) }
-    }
-}

@@ -43,6 +43,23 @@ extension ChannelCore {
     /// when the read is done here.
     func readNow(offset: Int64, length: Int) -> InlineRead {
         guard length > 0, length <= ChannelOperation.maxInlineRead else { return .submit(skipInlineTry: false) }
+        if length <= SmallBlocks.size {
+            // A 4 KiB block, and the chunk's one leaf owns it: one object
+            // per read, no lock when this thread has an idle block.
+            var block: UnsafeMutableRawPointer?
+            let count = readNow(offset: offset, length: length) {
+                let taken = SmallBlocks.take()
+                block = taken
+                return taken
+            }
+            switch count {
+            case .read(let total):
+                return .read(DataChunk(smallBlock: block!, count: total))
+            case .submit(let skipInlineTry):
+                if let block { SmallBlocks.give(block) }
+                return .submit(skipInlineTry: skipInlineTry)
+            }
+        }
         var buffer: ReadBuffer?
         let count = readNow(offset: offset, length: length) {
             let made = ReadBuffer(capacity: length, pool: BufferPool.shared)

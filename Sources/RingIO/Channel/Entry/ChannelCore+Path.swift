@@ -21,11 +21,10 @@ extension ChannelCore {
     /// A path channel is used: it becomes the most recently used.
     @inline(__always)
     func touch() {
-        guard pathSpec != nil else { return }
         // A load and a store, not a read-modify-write on every use: two
         // channels used at once may get the same stamp, which only makes
         // their order in the least-recently-used release arbitrary.
-        let descriptors = PathDescriptors.shared
+        guard let descriptors = pathDescriptors else { return }
         let now = descriptors.clock.load(ordering: .relaxed) &+ 1
         descriptors.clock.store(now, ordering: .relaxed)
         lastUseStamp.store(now, ordering: .relaxed)
@@ -61,7 +60,7 @@ extension ChannelCore {
     /// pressure (`PathDescriptors`), an idle channel lets go of its fd now.
     @inline(__always)
     func releaseUnderPressure() {
-        guard pathSpec != nil, PathDescriptors.shared.pressure.load(ordering: .relaxed) else { return }
+        guard let descriptors = pathDescriptors, descriptors.pressure.load(ordering: .relaxed) else { return }
         _ = releaseIfIdle()
     }
 

@@ -50,11 +50,17 @@ package final class ChannelCore: @unchecked Sendable {
     package let engine: IOEngine
     let cleanup: @Sendable (Errno?) -> Void
     let pathSpec: PathSpec?
+    /// `PathDescriptors.shared` for a path channel (`nil` otherwise), kept:
+    /// every use stamps its clock, and a global costs a `swift_once` check.
+    let pathDescriptors: PathDescriptors?
 
     // (Not private: also ChannelCore+Path.swift's.)
     let lock = PlainLock()
-    var lifecycle: Lifecycle
-    var settings = ChannelSettings()
+    // `@exclusivity(unchecked)`: read and written only under `lock`; the
+    // runtime's dynamic exclusivity checks can find nothing (they cost a
+    // call and a thread-local lookup on every inline read).
+    @exclusivity(unchecked) var lifecycle: Lifecycle
+    @exclusivity(unchecked) var settings = ChannelSettings()
     /// The operations whose last handler call has not returned: an intrusive
     /// list through their `activeNext`/`activePrevious` (no hashing, no
     /// allocation per operation).
@@ -81,6 +87,7 @@ package final class ChannelCore: @unchecked Sendable {
         self.engine = engine
         self.cleanup = cleanup
         self.pathSpec = nil
+        self.pathDescriptors = nil
         if case .failed(let error) = target {
             // The lifecycle counts it handed off.
             queue.async { cleanup(error) }
@@ -96,6 +103,7 @@ package final class ChannelCore: @unchecked Sendable {
         self.engine = engine
         self.cleanup = cleanup
         self.pathSpec = path
+        self.pathDescriptors = PathDescriptors.shared
         checkPath()
     }
 

@@ -34,7 +34,7 @@ extension FDEntry {
     /// thread first: a regular file, not in direct-I/O mode, on a file
     /// system not known to refuse it.
     var mayReadInline: Bool {
-        kind == .regular && noWait.load(ordering: .relaxed) != NoWaitReads.unsupported.rawValue
+        isRegular && noWait.load(ordering: .relaxed) != NoWaitReads.unsupported.rawValue
             && directAlignment == nil
     }
 

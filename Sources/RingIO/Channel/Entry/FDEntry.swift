@@ -92,6 +92,11 @@ final class FDEntry: @unchecked Sendable {
 
     let fd: Int32
     let kind: FileKind
+    /// `kind == .regular` and `kind.hasIndependentDirections`, kept: the
+    /// inline read asks on every call, and `FileType`'s constants are
+    /// calls into Glibc (`S_IFREG`) that do not inline.
+    let isRegular: Bool
+    let splitsDirections: Bool
     let key: Key?
     /// The entry opened the fd (a path channel) and closes it before cleanup.
     let ownsDescriptor: Bool
@@ -164,6 +169,8 @@ final class FDEntry: @unchecked Sendable {
     private init(fd: Int32, kind: FileKind, key: Key?, ownsDescriptor: Bool, device: UInt64?) {
         self.fd = fd
         self.kind = kind
+        self.isRegular = kind == .regular
+        self.splitsDirections = kind.hasIndependentDirections
         self.key = key
         self.ownsDescriptor = ownsDescriptor
         self.device = device
@@ -224,7 +231,7 @@ final class FDEntry: @unchecked Sendable {
     /// The lane of a stream operation: 0, or 1 for writes where the two
     /// directions are independent.
     func lane(isRead: Bool) -> Int {
-        kind.hasIndependentDirections && !isRead ? 1 : 0
+        splitsDirections && !isRead ? 1 : 0
     }
 
     /// Queues `operation`; returns the operations that may start now. Call
