@@ -54,7 +54,7 @@ import RingIOTestSupport
         return seen()
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func writeAndExtend(_ variant: SourceEngine) throws {
         let dir = TemporaryDirectory()
         let path = dir.file("f")
@@ -67,7 +67,7 @@ import RingIOTestSupport
         #expect(seen == [.write, .extend])
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func overwriteInPlaceIsWriteWithoutExtend(_ variant: SourceEngine) throws {
         let dir = TemporaryDirectory()
         let path = dir.file("f")
@@ -82,7 +82,7 @@ import RingIOTestSupport
         #expect(seen == .write)
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func attribLinkRenameDelete(_ variant: SourceEngine) throws {
         let dir = TemporaryDirectory()
         let path = dir.file("f")
@@ -102,7 +102,7 @@ import RingIOTestSupport
         #expect(deleted.contains(.delete))
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func directoryReportsWriteForEntries(_ variant: SourceEngine) throws {
         let dir = TemporaryDirectory()
         let seen = try watch(variant, path: dir.path, events: [.write], {
@@ -111,7 +111,7 @@ import RingIOTestSupport
         #expect(seen == .write)
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func onlyRequestedEvents(_ variant: SourceEngine) throws {
         let dir = TemporaryDirectory()
         let path = dir.file("f")
@@ -142,7 +142,7 @@ import RingIOTestSupport
     }
 
     #if DEBUG
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func watchLimitIsAClearError(_ variant: SourceEngine) throws {
         // max_user_watches cannot be lowered without privileges: the
         // ENOSPC that inotify_add_watch gives at the limit is injected.
@@ -167,7 +167,7 @@ import RingIOTestSupport
         #expect(expectDelivery(on: engine, in: dir, name: "other"))
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func hubWatchErrorIsRearmed(_ variant: SourceEngine) throws {
         // The engine ends the hub's poll of its inotify fd with an error
         // (injected: the first poll fails with EIO): the hub watches the
@@ -180,7 +180,7 @@ import RingIOTestSupport
     }
     #endif
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func privateEngineIsReleasedAfterItsSources(_ variant: SourceEngine) throws {
         // engine → inotify hub → its watch → engine was a cycle: a private
         // engine that ever had a file-system source was never released

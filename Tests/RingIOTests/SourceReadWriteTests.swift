@@ -12,7 +12,7 @@ import RingIOTestSupport
 /// dispatch_io_pipe.c, written anew), on io_uring, io_uring as an old
 /// kernel, and the thread pool.
 @Suite struct SourceReadWriteTests {
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func readSourceEstimatesAndSeesEndOfFile(_ variant: SourceEngine) throws {
         let engine = try variant.make()
         let pipe = SourcePipe()
@@ -34,7 +34,7 @@ import RingIOTestSupport
         #expect(log.registrations.load(ordering: .relaxed) == 1)
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func readSourceIsLevelTriggered(_ variant: SourceEngine) throws {
         let engine = try variant.make()
         let pipe = SourcePipe()
@@ -54,7 +54,7 @@ import RingIOTestSupport
 
     /// The watch holds its read source strongly from activation to the
     /// cancel: then the source is released.
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func cancelledReadSourceIsReleased(_ variant: SourceEngine) throws {
         let engine = try variant.make()
         let pipe = SourcePipe()
@@ -74,7 +74,7 @@ import RingIOTestSupport
         #expect(waitUntil { released == nil })
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func writeSourceWaitsForRoom(_ variant: SourceEngine) throws {
         let engine = try variant.make()
         let pipe = SourcePipe(nonBlocking: true)
@@ -96,7 +96,7 @@ import RingIOTestSupport
         #expect(log.cancelled.wait())
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func pingPongOverTwoPipes(_ variant: SourceEngine) throws {
         // dispatch_io_pipe.c's shape: each side answers what it reads.
         let engine = try variant.make()
@@ -122,7 +122,7 @@ import RingIOTestSupport
         b.cancel()
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func closedAndReusedFdUnderALiveSource(_ variant: SourceEngine) throws {
         // The fd is closed under an active source and its number reused by
         // another pipe: no crash, no hang; cancel still runs its handler.
@@ -144,7 +144,7 @@ import RingIOTestSupport
         #expect(log.cancels.load(ordering: .relaxed) == 1)
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func aClosedFdIsARegistrationError(_ variant: SourceEngine) throws {
         let engine = try variant.make()
         let pipe = SourcePipe()

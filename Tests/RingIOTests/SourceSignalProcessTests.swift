@@ -12,7 +12,7 @@ import RingIOTestSupport
 /// tests/dispatch_proc.c, written anew), on io_uring, io_uring as an old
 /// kernel, and the thread pool. Serialized: signals are process-wide.
 @Suite(.serialized) struct SourceSignalProcessTests {
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func signalsAreCountedByEverySource(_ variant: SourceEngine) throws {
         let engine = try variant.make()
         let first = SourceLog(), second = SourceLog()
@@ -33,7 +33,7 @@ import RingIOTestSupport
         #expect(first.total == 5 && second.total == 5)
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func signalStorm(_ variant: SourceEngine) throws {
         // 20,000 signals as fast as kill can send them, from two threads:
         // the process survives, every delivery counts at least one, the
@@ -64,7 +64,7 @@ import RingIOTestSupport
         #expect(action.__sigaction_handler.sa_handler == nil)
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func childExitWithStatusAndStillReapable(_ variant: SourceEngine) throws {
         let engine = try variant.make()
         let pid = spawnShell("sleep 0.05; exit 3")
@@ -85,7 +85,7 @@ import RingIOTestSupport
         #expect(log.count == 1)
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func processGoneBeforeActivation(_ variant: SourceEngine) throws {
         let engine = try variant.make()
         // Exited, not reaped (a zombie): the status is there.
@@ -113,7 +113,7 @@ import RingIOTestSupport
         #expect(log.cancelled.wait() && log2.cancelled.wait())
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func killedChildAndNonChild(_ variant: SourceEngine) throws {
         let engine = try variant.make()
         let pid = spawnShell("sleep 30")
@@ -133,7 +133,7 @@ import RingIOTestSupport
         #expect(log.cancelled.wait())
     }
 
-    @Test(arguments: SourceEngine.allCases)
+    @Test(arguments: SourceEngine.tested)
     func privateEngineIsReleasedAfterItsSignalSources(_ variant: SourceEngine) throws {
         // The signal hub and its watch must not keep a private engine alive
         // once its sources are cancelled.

@@ -49,6 +49,12 @@ enum SourceEngine: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case ioUring, oldKernel, threadPool
     var testDescription: String { rawValue }
 
+    /// The cases whose backend `allBackends` selects (`RINGIO_TEST_BACKENDS`):
+    /// all three unless scripts/test narrows them to one backend per run.
+    static let tested: [SourceEngine] = allCases.filter {
+        allBackends.contains($0 == .threadPool ? .threadPool : .ioUring)
+    }
+
     func make() throws -> IOEngine {
         switch self {
         case .ioUring: return try makeEngine(.ioUring)

@@ -12,8 +12,25 @@ import RingIOTestSupport
 @testable import RingIOEngine
 @testable import RingIOBase
 
-/// Both backends, for parameterized tests.
-let allBackends: [IOEngine.Backend] = [.ioUring, .threadPool]
+/// The backends for parameterized tests: both, unless the environment
+/// variable `RINGIO_TEST_BACKENDS` names one (`iouring` or `threadpool`).
+///
+/// A case whose engine is made for an explicit backend does not depend on
+/// `RINGIO_BACKEND` (which picks the shared engine's), so scripts/test, which
+/// runs this target once with the shared engine on io_uring and once with
+/// `RINGIO_BACKEND=threadpool`, used to run each such case twice. It now
+/// names io_uring for its first run and the thread pool for its second: each
+/// case runs once, beside a shared engine on the same backend. A plain
+/// `swift test` and the sanitizer runs set nothing and run both.
+let allBackends: [IOEngine.Backend] = {
+    let both: [IOEngine.Backend] = [.ioUring, .threadPool]
+    guard let value = getenv("RINGIO_TEST_BACKENDS") else { return both }
+    switch String(cString: value).lowercased() {
+    case "iouring": return [.ioUring]
+    case "threadpool": return [.threadPool]
+    default: return both
+    }
+}()
 
 /// An engine on `backend`; an io_uring case that cannot set up a ring is
 /// cancelled (reported as skipped) with the reason, never passed silently.
