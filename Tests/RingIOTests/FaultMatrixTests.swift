@@ -516,7 +516,11 @@ private func threadPoolWithoutDescriptorsChild(_ checks: ChildChecks) throws {
     var rl = rlimit()
     getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &rl)
     let saved = rl
-    rl.rlim_cur = rlim_t(lowestFree)
+    // The limit sits just above stdin, stdout and stderr, which nothing
+    // closes: an fd that another thread of the process closes frees no number
+    // a worker could take (with the limit at the lowest free number, such a
+    // close let the pool start a worker at load, and the read succeeded).
+    rl.rlim_cur = rlim_t(min(lowestFree, 3))
     checks.check(setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &rl) == 0, "setrlimit: \(errno)")
     // An fd below the limit may have been closed since the scan (by the exit
     // test's own machinery, in a whole `swift test` run): fill every hole.
