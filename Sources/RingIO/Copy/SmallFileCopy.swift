@@ -147,13 +147,18 @@ struct BlockingCopy: Sendable {
         try Syscall.withPath(targetName) { (p) throws(Errno) in try Syscall.openat(targetAt, p, flags: flags, mode: mode) }
     }
 
-    private func statTarget() throws(Errno) -> Stat {
-        try Syscall.withPath(targetName) { (p) throws(Errno) in
-            try Syscall.fstatat(targetAt, p, followingSymlinks: true)
+    /// `stat` of `name` relative to `directory` (by its path where that is the working directory).
+    private static func stat(_ name: FilePath, at directory: CInt) throws(Errno) -> Stat {
+        if directory == AT_FDCWD { return try Syscall.stat(name) }
+        return try Syscall.withPath(name) { (p) throws(Errno) in
+            try Syscall.fstatat(directory, p, followingSymlinks: true)
         }
     }
 
+    private func statTarget() throws(Errno) -> Stat { try Self.stat(targetName, at: targetAt) }
+
     private func removeTarget() {
+        if targetAt == AT_FDCWD { return _ = try? Syscall.unlink(targetName) }
         _ = try? Syscall.withPath(targetName) { (p) throws(Errno) in try Syscall.unlinkat(targetAt, p) }
     }
 
@@ -176,9 +181,7 @@ struct BlockingCopy: Sendable {
         if !sourceIsRegular {
             let found: Stat
             do throws(Errno) {
-                found = try Syscall.withPath(sourceName) { (p) throws(Errno) in
-                    try Syscall.fstatat(sourceAt, p, followingSymlinks: true)
-                }
+                found = try Self.stat(sourceName, at: sourceAt)
             } catch {
                 return sourceError(.stat, error)
             }

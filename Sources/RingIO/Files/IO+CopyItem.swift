@@ -20,7 +20,12 @@ extension IO {
     /// created with the source's permissions and its tree copied: entries
     /// listed by ``directoryEntries(at:recursive:)`` (never more than 32
     /// directories open), up to `options.maximumConcurrentCopies` files
-    /// copied at once. A directory already at a directory's destination is
+    /// copied at once. A directory's regular files go in batches (half of
+    /// `maximumConcurrentCopies` entries, at most 32: two batches or more
+    /// at once), each copied on one worker of `IOQueue.global`, opened by
+    /// its name relative to the two directories: one hand-off for the
+    /// batch, not one per file (a file larger than `IO.smallFileLimit` is
+    /// then copied on its own). A directory already at a directory's destination is
     /// used, unless `options.exclusive`. A symlink the copy creates is never
     /// written through: each path is created once.
     ///
@@ -436,11 +441,21 @@ private struct TreeCopy: Sendable {
                         if error.path.map(isSkipped) != true { try await failed(error) }
                         continue walk
                     }
+                    // One directory's entries: the path of its copy made once, each entry's from its name.
+                    var targetDirectory: FilePath?
+                    if let first = entries.first {
+                        var relative = first.path.removingLastComponent()
+                        if relative.removePrefix(source) { targetDirectory = destination.appending(relative.components) }
+                    }
                     for entry in entries where !isSkipped(entry.path) {
-                        var relative = entry.path
-                        _ = relative.removePrefix(source)
-                        var target = destination
-                        target.append(relative.components)
+                        let target: FilePath
+                        if let targetDirectory, let name = entry.path.lastComponent {
+                            target = targetDirectory.appending(name)
+                        } else {
+                            var relative = entry.path
+                            _ = relative.removePrefix(source)
+                            target = destination.appending(relative.components)
+                        }
                         var type = entry.type
                         var found: FileInfo?
                         if type == .symlink && follows {
