@@ -116,16 +116,15 @@ package enum SmallFileBatch {
                 results.append(.failed(IOError(.openForReading, path: item.source, side: .source, errno: .canceled)))
                 continue
             }
-            let name = FilePath(root: nil, [item.name])
             var copy = BlockingCopy(paths: PathRequest.Paths(source: item.source, inPlace: item.destination),
                                     permissions: settings.permissions, createNew: settings.exclusive,
                                     request: CopyPlan.Request(reflink: settings.reflink),
                                     preserve: settings.preserve, sync: false, readable: false,
                                     sourceIsRegular: true, modeMask: settings.modeMask)
             copy.sourceAt = from
-            copy.sourceName = name
+            copy.sourceName = .component(item.name)
             copy.targetAt = into
-            copy.targetName = name
+            copy.targetName = .component(item.name)
             switch copy.run() {
             case .copied(let bytes):
                 results.append(.copied(bytes))
@@ -137,7 +136,9 @@ package enum SmallFileBatch {
                 Syscall.closeIgnoringErrors(pair.input)
                 Syscall.closeIgnoringErrors(pair.output)
                 if pair.created {
-                    _ = try? Syscall.withPath(name) { (p) throws(Errno) in try Syscall.unlinkat(into, p) }
+                    _ = try? item.name.withPlatformString { p in
+                        Swift.Result { () throws(Errno) in try Syscall.unlinkat(into, p) }
+                    }.get()
                 }
                 results.append(.general)
             case .changed, nil:

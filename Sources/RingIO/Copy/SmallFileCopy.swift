@@ -116,10 +116,24 @@ struct BlockingCopy: Sendable {
     /// `AT_FDCWD` (`sourceName` is then `paths.source`); `paths.source` is
     /// only shown in errors.
     var sourceAt: CInt = AT_FDCWD
-    var sourceName: FilePath
+    var sourceName: Name
     /// The same for the target (in place only: an atomic copy's target is `paths.target`).
     var targetAt: CInt = AT_FDCWD
-    var targetName: FilePath
+    var targetName: Name
+
+    /// What a file is opened by: a path, or one name (the last component
+    /// of a path, read where it is: no copy, no parsing).
+    enum Name: Sendable {
+        case path(FilePath)
+        case component(FilePath.Component)
+
+        func with<T>(_ body: (UnsafePointer<CChar>) throws(Errno) -> T) throws(Errno) -> T {
+            switch self {
+            case .path(let path): try Syscall.withPath(path, body)
+            case .component(let name): try name.withPlatformString { p in Result { () throws(Errno) in try body(p) } }.get()
+            }
+        }
+    }
 
     /// A copy by paths, relative to the working directory.
     init(paths: PathRequest.Paths, permissions: FilePermissions?, createNew: Bool, request: CopyPlan.Request,
@@ -133,33 +147,29 @@ struct BlockingCopy: Sendable {
         self.readable = readable
         self.sourceIsRegular = sourceIsRegular
         self.modeMask = modeMask
-        sourceName = paths.source
-        targetName = paths.target
+        sourceName = .path(paths.source)
+        targetName = .path(paths.target)
     }
 
     private func openSource() throws(Errno) -> Int32 {
-        try Syscall.withPath(sourceName) { (p) throws(Errno) in
-            try Syscall.openat(sourceAt, p, flags: O_RDONLY | O_CLOEXEC | O_NOCTTY)
-        }
+        try sourceName.with { (p) throws(Errno) in try Syscall.openat(sourceAt, p, flags: O_RDONLY | O_CLOEXEC | O_NOCTTY) }
     }
 
     private func openTarget(flags: CInt, mode: CModeT) throws(Errno) -> Int32 {
-        try Syscall.withPath(targetName) { (p) throws(Errno) in try Syscall.openat(targetAt, p, flags: flags, mode: mode) }
+        try targetName.with { (p) throws(Errno) in try Syscall.openat(targetAt, p, flags: flags, mode: mode) }
     }
 
     /// `stat` of `name` relative to `directory` (by its path where that is the working directory).
-    private static func stat(_ name: FilePath, at directory: CInt) throws(Errno) -> Stat {
-        if directory == AT_FDCWD { return try Syscall.stat(name) }
-        return try Syscall.withPath(name) { (p) throws(Errno) in
-            try Syscall.fstatat(directory, p, followingSymlinks: true)
-        }
+    private static func stat(_ name: Name, at directory: CInt) throws(Errno) -> Stat {
+        if directory == AT_FDCWD, case .path(let path) = name { return try Syscall.stat(path) }
+        return try name.with { (p) throws(Errno) in try Syscall.fstatat(directory, p, followingSymlinks: true) }
     }
 
     private func statTarget() throws(Errno) -> Stat { try Self.stat(targetName, at: targetAt) }
 
     private func removeTarget() {
-        if targetAt == AT_FDCWD { return _ = try? Syscall.unlink(targetName) }
-        _ = try? Syscall.withPath(targetName) { (p) throws(Errno) in try Syscall.unlinkat(targetAt, p) }
+        if targetAt == AT_FDCWD, case .path(let path) = targetName { return _ = try? Syscall.unlink(path) }
+        _ = try? targetName.with { (p) throws(Errno) in try Syscall.unlinkat(targetAt, p) }
     }
 
     private var source: FilePath { paths.source }
