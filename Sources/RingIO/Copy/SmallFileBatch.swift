@@ -97,9 +97,12 @@ package enum SmallFileBatch {
         var isSet: Bool { flag.load(ordering: .relaxed) }
     }
 
+    /// A directory to name files in (`O_PATH`: nothing is read through it,
+    /// so it needs no read permission).
     private static func openDirectory(_ path: FilePath) -> CInt? {
         try? Syscall.withPath(path) { (p) throws(Errno) in
-            try Syscall.openat(AT_FDCWD, p, flags: O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            // O_PATH is 0o10000000 (hidden from Swift behind _GNU_SOURCE).
+            try Syscall.openat(AT_FDCWD, p, flags: 0o10000000 | O_DIRECTORY | O_CLOEXEC)
         }
     }
 
