@@ -268,11 +268,16 @@ extension Copier {
 
     /// cp's message for a failed copy.
     func reportCopyError(_ error: IOError, _ source: FilePath, _ plan: Plan) {
+        reportCopyError(error, source, shownDestination: plan.shownDestination)
+    }
+
+    /// cp's message for a failed copy of `source` to `shownDestination`.
+    func reportCopyError(_ error: IOError, _ source: FilePath, shownDestination: FilePath) {
         switch (error.side, error.operation) {
         case (_, .copyOntoSource):
-            report("'\(source)' and '\(plan.shownDestination)' are the same file")
+            report("'\(source)' and '\(shownDestination)' are the same file")
         case (_, .copy):
-            report("failed to clone '\(plan.shownDestination)' from '\(source)': \(describe(error.errno))")
+            report("failed to clone '\(shownDestination)' from '\(source)': \(describe(error.errno))")
         case (.source, .read):
             reportError("error reading", source, error.errno)
         case (.source, _) where error.errno == .canceled:
@@ -280,10 +285,10 @@ extension Copier {
         case (.source, _):
             report("cannot open '\(source)' for reading: \(describe(error.errno))")
         case (_, .setAttributes):
-            reportError("cannot set permissions of", plan.shownDestination, error.errno)
+            reportError("cannot set permissions of", shownDestination, error.errno)
         default:
             reportError(error.operation == .write || error.operation == .close || isWriteError(error.errno)
-                        ? "error writing" : "cannot create regular file", plan.shownDestination, error.errno)
+                        ? "error writing" : "cannot create regular file", shownDestination, error.errno)
         }
     }
 

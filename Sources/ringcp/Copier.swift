@@ -22,6 +22,15 @@ final class Copier: Sendable {
     let state = Mutex(State())
     /// The small-file copies that may run at once (`--jobs`): one count per copy.
     private let slots: IOSemaphore
+    /// A regular file of a tree that lands in a directory this run made is
+    /// left to `IO.copyItem` (which copies a directory's small files in
+    /// batches, by their names in the two directories): nothing can be at
+    /// its destination, so cp has nothing to check, and the flags ask
+    /// nothing of it that the library does not do. Not with -p or any
+    /// --preserve, -l, -s, -v, --debug, --verify, --attributes-only,
+    /// --no-preserve, --sparse, --reflink=always, --method, --direct or a
+    /// progress bar.
+    private let treeCopiesFiles: Bool
 
     struct State {
         var failed = false
@@ -46,6 +55,10 @@ final class Copier: Sendable {
         _ = Glibc.umask(mask)
         umask = mask
         slots = IOSemaphore(value: max(1, settings.jobs))
+        treeCopiesFiles = settings.preserve.isEmpty && settings.defaultModes.isEmpty && settings.link == .none
+            && !settings.verbose && !settings.debug && !settings.verify && !settings.attributesOnly
+            && !settings.sparseAlways && !settings.sparseNever && settings.reflink != .always
+            && settings.method == .range && !settings.direct && progress == nil
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         cwd = getcwd(&buffer, buffer.count) != nil
             ? buffer.withUnsafeBufferPointer { FilePath(platformString: $0.baseAddress!) } : "/"
@@ -192,21 +205,37 @@ final class Copier: Sendable {
         options.followSymlinks = !operand.follow ? .never : settings.dereference == .always ? .always : .source
         // -i asks one question at a time, in the walk's order.
         options.maximumConcurrentCopies = settings.interactive ? 1 : max(1, settings.jobs)
+        // The files it copies (`treeCopiesFiles`) as cp makes a new file: created
+        // exclusively, the source's permission bits under the umask, no set-ID or sticky bit.
+        options.exclusive = true
+        options.copiesSpecialModeBits = false
+        options.reflink = settings.reflink == .never ? .never : .auto
         do throws(IOError) {
             try await IO.copyItem(from: operand.source, to: operand.destination, options: options, onEntry: { entry in
                 await self.copyEntry(entry, followingTop: operand.follow)
             }, onError: { error in
-                self.reportTreeError(error)
+                self.reportTreeError(error, operand)
                 return .continue
             })
         } catch {
-            reportTreeError(error)  // only a cancellation: onError goes on after anything else
+            reportTreeError(error, operand)  // only a cancellation: onError goes on after anything else
         }
     }
 
-    /// cp's message for a failure of the walk.
-    private func reportTreeError(_ error: IOError) {
+    /// cp's message for a failure of the walk, or of a file the library copied.
+    private func reportTreeError(_ error: IOError, _ operand: Operand) {
         let path = error.path ?? ""
+        let fileCopy: Set<IOError.Operation> = [.openForReading, .read, .create, .openForWriting, .write, .close,
+                                                .setAttributes, .copyOntoSource, .copy, .rename]
+        if fileCopy.contains(error.operation), let side = error.side {
+            // The other side's path: the same names under the other operand.
+            var names = path
+            let (from, to) = side == .source ? (operand.source, operand.destination) : (operand.destination, operand.source)
+            guard names.removePrefix(from) else { return reportError("cannot copy", path, error.errno) }
+            let other = to.appending(names.components)
+            return side == .source ? reportCopyError(error, path, shownDestination: other)
+                : reportCopyError(error, other, shownDestination: path)
+        }
         switch error.operation {
         case .stat: reportError("cannot stat", path, error.errno)
         // -L: a symlink to a directory that contains it.
@@ -226,6 +255,8 @@ final class Copier: Sendable {
         let follow = entry.isTop ? followingTop : settings.dereference == .always
         let inNewDirectory = !entry.isTop
             && state.withLock { $0.madeDirectories.contains(entry.destination.removingLastComponent()) }
+        // Nothing is there, nothing to check: the library copies it (with the others of its directory).
+        if inNewDirectory && entry.type == .regular && treeCopiesFiles { return .copy }
         let status: FileStatus
         do throws(Errno) {
             status = try FileStatus.of(entry.source, followingSymlinks: follow)

@@ -161,6 +161,30 @@ struct FailureTests {
         chmod(dir.at("dest/out/locked"), 0o755)
     }
 
+    @Test("-r with files nobody may read among 40 in a directory the run makes: cp's line for each, the others copied, exit 1",
+          arguments: bothBackends)
+    func unreadableFilesInNewDirectory(backend: Backend) async throws {
+        let dir = try Self.nobodyScratch()
+        try makeDirectory(dir.at("tree"))
+        try makeDirectory(dir.at("tree/d"))
+        for index in 0..<40 { try writeFile(dir.at("tree/d/f\(index)"), "file \(index)") }
+        // Files of the same directory, copied together (a batch): two fail, in its middle and at its end.
+        for locked in [7, 39] { chmod(dir.at("tree/d/f\(locked)"), 0o200) }
+        try makeDirectory(dir.at("dest"))
+        chown(dir.at("dest"), nobodyID, nobodyID)
+        let run = try await ringcp(["-r", "tree", "dest/out"], in: dir.path, backend: backend, as: .nobody)
+        #expect(run.status == 1, "\(run)")
+        #expect(Set(run.errorLines) == [
+            "ringcp: cannot open 'tree/d/f7' for reading: Permission denied",
+            "ringcp: cannot open 'tree/d/f39' for reading: Permission denied",
+        ], "\(run)")
+        #expect(run.errorLines.count == 2, "\(run)")
+        for index in 0..<40 where index != 7 && index != 39 {
+            #expect(try textOf(dir.at("dest/out/d/f\(index)")) == "file \(index)")
+        }
+        #expect(!exists(dir.at("dest/out/d/f7")) && !exists(dir.at("dest/out/d/f39")))
+    }
+
     @Test("a read-only mount: one line per file naming it, exit 1, the old files intact", arguments: bothBackends)
     func readOnlyMount(backend: Backend) async throws {
         let dir = Scratch()

@@ -92,6 +92,34 @@ struct TreeTests {
         }
     }
 
+    @Test("-r: files with set-user-ID, set-group-ID and sticky bits come out as cp -r makes them, without those bits",
+          arguments: bothBackends)
+    func specialModeBits(backend: Backend) async throws {
+        let dir = Scratch()
+        try makeDirectory(dir.at("src"))
+        let modes: [mode_t] = [0o4755, 0o2755, 0o1777, 0o6711, 0o644]
+        for (index, mode) in modes.enumerated() {
+            for copy in 0..<4 {  // several in one directory: copied together, as a batch
+                try writeFile(dir.at("src/m\(index)-\(copy)"), "bits \(index)")
+                chmod(dir.at("src/m\(index)-\(copy)"), mode)
+            }
+        }
+        let run = try await ringcp(["-r", "src", "ours"], in: dir.path, backend: backend, umask: 0o022)
+        #expect(run.status == 0 && run.stderr.isEmpty, "\(run)")
+        _ = try runTool("/bin/sh", ["-c", "umask 022 && exec cp -r src theirs"], in: dir.path)
+        func mode(_ path: String) -> mode_t {
+            var status = stat()
+            return lstat(path, &status) == 0 ? status.st_mode & 0o7777 : 0o7777
+        }
+        for index in modes.indices {
+            for copy in 0..<4 {
+                let name = "m\(index)-\(copy)"
+                #expect(mode(dir.at("ours/" + name)) == mode(dir.at("theirs/" + name)), "\(name)")
+                #expect(mode(dir.at("ours/" + name)) == mode(dir.at("src/" + name)) & 0o755, "\(name)")
+            }
+        }
+    }
+
     @Test("-r of 1,000 small files with --jobs 256: all copied", arguments: bothBackends)
     func manySmallFiles(backend: Backend) async throws {
         let dir = Scratch()

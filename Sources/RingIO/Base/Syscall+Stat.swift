@@ -13,6 +13,7 @@ extension Syscall.Call {
     package static let fstat = Syscall.Call("fstat")
     package static let stat = Syscall.Call("stat")
     package static let lstat = Syscall.Call("lstat")
+    package static let fstatat = Syscall.Call("fstatat")
     package static let statx = Syscall.Call("statx")
     package static let fstatfs = Syscall.Call("fstatfs")
 }
@@ -67,6 +68,25 @@ extension Syscall {
             try retryingInterrupts(.lstat, .path(p, relativeTo: AT_FDCWD)) { () throws(Errno) in
                 try Stat(p, followTargetSymlink: false, retryOnInterrupt: false)
             }
+        }
+    }
+
+    /// The status of `path` relative to the open directory `directory`
+    /// (`AT_FDCWD`: the working directory), a symbolic link followed or not.
+    ///
+    /// The corresponding C function is `fstatat`.
+    ///
+    /// - Parameters:
+    ///   - directory: A directory's descriptor, or `AT_FDCWD`.
+    ///   - path: The file, relative to `directory` unless absolute.
+    ///   - followingSymlinks: Whether a symbolic link at `path` is followed.
+    /// - Returns: Its status.
+    /// - Throws: The `Errno` of the failed call.
+    package static func fstatat(_ directory: CInt, _ path: UnsafePointer<CChar>,
+                                followingSymlinks: Bool) throws(Errno) -> Stat {
+        try retryingInterrupts(.fstatat, .path(path, relativeTo: directory)) { () throws(Errno) in
+            try Stat(path, relativeTo: FileDescriptor(rawValue: directory),
+                     flags: followingSymlinks ? [] : .symlinkNoFollow, retryOnInterrupt: false)
         }
     }
 

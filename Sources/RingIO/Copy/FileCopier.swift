@@ -139,6 +139,10 @@ public struct FileCopier: Sendable {
     public var exclusive = false
     /// A new file's permission bits, before the umask; `nil` takes the source's.
     public var permissions: FilePermissions?
+    /// Whether a new file takes the source's set-user-ID, set-group-ID and
+    /// sticky bits along with its permission bits, where `permissions` is
+    /// nil (`true` by default; `cp` without `-p` leaves them out: `false`).
+    public var copiesSpecialModeBits = true
     /// The source's metadata the new file also takes (`[]`: none beyond
     /// the permission bits under the umask), set on the open file before it
     /// is closed and renamed into place.
@@ -241,7 +245,7 @@ public struct FileCopier: Sendable {
             // path; anything else (a FIFO, a device) opened through the engine.
             switch await SmallFileCopy.blocking(paths, permissions: permissions, createNew: created, request: request,
                                                 preserve: preserve, sync: sync == .beforeRename, readable: directIO,
-                                                sourceIsRegular: sourceIsRegular) {
+                                                sourceIsRegular: sourceIsRegular, modeMask: modeMask) {
             case .copied(let bytes):
                 progress?(Int(bytes))
                 return Outcome(bytes: bytes, strategy: .chain, replace: atomic ? .atomic : .inPlace)
@@ -259,7 +263,7 @@ public struct FileCopier: Sendable {
                 // grew while read (both closed, the new file removed): by
                 // the engine's opens.
                 pair = try await PathRequest.openPair(engine: engine, paths, permissions: permissions, createNew: created,
-                                                      readable: directIO)
+                                                      readable: directIO, modeMask: modeMask)
             }
             // A FIFO, a device or a socket on either side: in place, never renamed over.
             if atomic && (pair.info.kind != .regular || (pair.destinationKind.map { $0 != .regular } ?? false)) {
@@ -305,6 +309,9 @@ public struct FileCopier: Sendable {
         }
     }
 
+    /// The bits of the source's mode a new file takes.
+    var modeMask: CModeT { copiesSpecialModeBits ? 0o7777 : 0o777 }
+
     /// What chooses the plan's steps.
     var request: CopyPlan.Request {
         CopyPlan.Request(strategy: strategy, reflink: reflink, sparse: sparse, directIO: directIO)
@@ -314,7 +321,7 @@ public struct FileCopier: Sendable {
     /// waits for its reader): created if missing, truncated if a regular
     /// file. Closes `input` if it fails.
     private func openInPlace(_ destination: FilePath, sourceMode: UInt32, input: Int32) async throws(IOError) -> Int32 {
-        let mode = permissions?.rawValue ?? CModeT(sourceMode & 0o7777)
+        let mode = permissions?.rawValue ?? CModeT(sourceMode & 0o7777) & modeMask
         let memory = RequestMemory(paths: [destination])
         let flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | (exclusive ? O_EXCL : 0)
         let output = await memory.perform(engine: engine, .openat(directory: AT_FDCWD, path: memory.paths[0], flags: flags,

@@ -26,6 +26,16 @@ extension IO {
         /// source's. An existing file that is truncated keeps its own.
         public var permissions: FilePermissions?
 
+        /// Whether a new file takes the source's set-user-ID, set-group-ID
+        /// and sticky bits along with its permission bits, where
+        /// `permissions` is nil and `preserve` has no `.permissions`
+        /// (`true` by default; `cp` without `-p` leaves them out: `false`).
+        public var copiesSpecialModeBits = true
+
+        /// Whether a file larger than `IO.smallFileLimit` may share its
+        /// source's blocks (`FICLONE`, on btrfs or XFS); `.never` by default.
+        public var reflink: FileCopier.Reflink = .never
+
         /// What of the source's metadata the copy also takes (`[]` by
         /// default: the bytes, and the permission bits under the umask).
         /// `copyItem` applies it to every file, symlink and directory of a
@@ -135,6 +145,8 @@ extension IO {
         copier.exclusive = options.exclusive
         copier.permissions = options.permissions
         copier.preserve = options.preserve
+        copier.copiesSpecialModeBits = options.copiesSpecialModeBits
+        copier.reflink = options.reflink
         return try await copier.copy(from: source, to: destination).bytes
     }
 
@@ -149,6 +161,8 @@ extension IO {
         copier.exclusive = options.exclusive
         copier.permissions = options.permissions
         copier.preserve = options.preserve
+        copier.copiesSpecialModeBits = options.copiesSpecialModeBits
+        copier.reflink = options.reflink
         return try await copier.copy(from: source, to: destination, sourceIsRegular: regularSource).bytes
     }
 }
@@ -229,7 +243,7 @@ enum PathRequest {
     /// stat'ed in the same batch and compared. `completion` runs on the
     /// engine's thread or on `IOQueue.global`.
     static func openPair(engine: IOEngine, _ paths: Paths, permissions: FilePermissions?, createNew: Bool,
-                         readable: Bool = false,
+                         readable: Bool = false, modeMask: CModeT = 0o7777,
                          _ completion: @escaping @Sendable (Result<Pair, IOError>) -> Void) {
         let memory = RequestMemory(paths: [paths.source, paths.target] + (paths.destination.map { [$0] } ?? []),
                                    statx: true)
@@ -315,7 +329,7 @@ enum PathRequest {
             if info.kind == .directory {
                 return completion(.failure(IOError(.openForReading, path: paths.source, side: .source, errno: .isDirectory)))
             }
-            let mode = permissions?.rawValue ?? CModeT(info.mode & 0o7777)
+            let mode = permissions?.rawValue ?? CModeT(info.mode & 0o7777) & modeMask
             // Linked: a source that cannot be opened (a socket: ENXIO) leaves no new file behind.
             memory.submit(engine: engine, [
                 .openat(directory: AT_FDCWD, path: memory.paths[0], flags: O_RDONLY | O_CLOEXEC | O_NOCTTY, mode: 0),
@@ -325,9 +339,10 @@ enum PathRequest {
     }
 
     static func openPair(engine: IOEngine, _ paths: Paths, permissions: FilePermissions?,
-                         createNew: Bool, readable: Bool = false) async throws(IOError) -> Pair {
+                         createNew: Bool, readable: Bool = false, modeMask: CModeT = 0o7777) async throws(IOError) -> Pair {
         let result = await withUnsafeContinuation { continuation in
-            openPair(engine: engine, paths, permissions: permissions, createNew: createNew, readable: readable) {
+            openPair(engine: engine, paths, permissions: permissions, createNew: createNew, readable: readable,
+                     modeMask: modeMask) {
                 continuation.resume(returning: $0)
             }
         }

@@ -51,10 +51,10 @@ enum SmallFileCopy {
     /// engine's path (nothing was opened or created).
     static func blocking(_ paths: PathRequest.Paths, permissions: FilePermissions?, createNew: Bool,
                          request: CopyPlan.Request, preserve: IO.CopyOptions.Preserved, sync: Bool,
-                         readable: Bool, sourceIsRegular: Bool) async -> Outcome? {
+                         readable: Bool, sourceIsRegular: Bool, modeMask: CModeT = 0o7777) async -> Outcome? {
         let copy = BlockingCopy(paths: paths, permissions: permissions, createNew: createNew,
                                 request: request, preserve: preserve, sync: sync, readable: readable,
-                                sourceIsRegular: sourceIsRegular)
+                                sourceIsRegular: sourceIsRegular, modeMask: modeMask)
         // Already on a thread that may block (a worker of `IOQueue.global`,
         // where the hop would go anyway, or one that said so): here, no hop.
         if BlockingCalls.allowedHere || IOQueue.global.isCurrent { return copy.run() }
@@ -100,7 +100,7 @@ public enum BlockingCalls {
 }
 
 /// One small copy's system calls, in order, on the calling thread.
-private struct BlockingCopy: Sendable {
+struct BlockingCopy: Sendable {
     let paths: PathRequest.Paths
     let permissions: FilePermissions?
     let createNew: Bool
@@ -110,6 +110,67 @@ private struct BlockingCopy: Sendable {
     let readable: Bool
     /// The caller found the source to be a regular file just before: no stat of its path.
     let sourceIsRegular: Bool
+    /// The bits of the source's mode a new file takes (where `permissions` is nil).
+    var modeMask: CModeT = 0o7777
+    /// The open directory the source is named in (`sourceName`), or
+    /// `AT_FDCWD` (`sourceName` is then `paths.source`); `paths.source` is
+    /// only shown in errors.
+    var sourceAt: CInt = AT_FDCWD
+    var sourceName: Name
+    /// The same for the target (in place only: an atomic copy's target is `paths.target`).
+    var targetAt: CInt = AT_FDCWD
+    var targetName: Name
+
+    /// What a file is opened by: a path, or one name (the last component
+    /// of a path, read where it is: no copy, no parsing).
+    enum Name: Sendable {
+        case path(FilePath)
+        case component(FilePath.Component)
+
+        func with<T>(_ body: (UnsafePointer<CChar>) throws(Errno) -> T) throws(Errno) -> T {
+            switch self {
+            case .path(let path): try Syscall.withPath(path, body)
+            case .component(let name): try name.withPlatformString { p in Result { () throws(Errno) in try body(p) } }.get()
+            }
+        }
+    }
+
+    /// A copy by paths, relative to the working directory.
+    init(paths: PathRequest.Paths, permissions: FilePermissions?, createNew: Bool, request: CopyPlan.Request,
+         preserve: IO.CopyOptions.Preserved, sync: Bool, readable: Bool, sourceIsRegular: Bool, modeMask: CModeT) {
+        self.paths = paths
+        self.permissions = permissions
+        self.createNew = createNew
+        self.request = request
+        self.preserve = preserve
+        self.sync = sync
+        self.readable = readable
+        self.sourceIsRegular = sourceIsRegular
+        self.modeMask = modeMask
+        sourceName = .path(paths.source)
+        targetName = .path(paths.target)
+    }
+
+    private func openSource() throws(Errno) -> Int32 {
+        try sourceName.with { (p) throws(Errno) in try Syscall.openat(sourceAt, p, flags: O_RDONLY | O_CLOEXEC | O_NOCTTY) }
+    }
+
+    private func openTarget(flags: CInt, mode: CModeT) throws(Errno) -> Int32 {
+        try targetName.with { (p) throws(Errno) in try Syscall.openat(targetAt, p, flags: flags, mode: mode) }
+    }
+
+    /// `stat` of `name` relative to `directory` (by its path where that is the working directory).
+    private static func stat(_ name: Name, at directory: CInt) throws(Errno) -> Stat {
+        if directory == AT_FDCWD, case .path(let path) = name { return try Syscall.stat(path) }
+        return try name.with { (p) throws(Errno) in try Syscall.fstatat(directory, p, followingSymlinks: true) }
+    }
+
+    private func statTarget() throws(Errno) -> Stat { try Self.stat(targetName, at: targetAt) }
+
+    private func removeTarget() {
+        if targetAt == AT_FDCWD, case .path(let path) = targetName { return _ = try? Syscall.unlink(path) }
+        _ = try? targetName.with { (p) throws(Errno) in try Syscall.unlinkat(targetAt, p) }
+    }
 
     private var source: FilePath { paths.source }
     private var shown: FilePath { paths.shownDestination }
@@ -129,14 +190,18 @@ private struct BlockingCopy: Sendable {
         // directory listing) is opened at once: the fstat below checks it.
         if !sourceIsRegular {
             let found: Stat
-            do throws(Errno) { found = try Syscall.stat(source) } catch { return sourceError(.stat, error) }
+            do throws(Errno) {
+                found = try Self.stat(sourceName, at: sourceAt)
+            } catch {
+                return sourceError(.stat, error)
+            }
             switch found.type {
             case .regular: break
             case .directory: return sourceError(.openForReading, .isDirectory)
             // A socket's open fails (ENXIO), with no effect: here, before anything is created.
             case .socket:
                 do throws(Errno) {
-                    Syscall.closeIgnoringErrors(try Syscall.open(source, flags: O_RDONLY | O_CLOEXEC | O_NOCTTY))
+                    Syscall.closeIgnoringErrors(try openSource())
                 } catch {
                     return sourceError(.openForReading, error)
                 }
@@ -154,7 +219,7 @@ private struct BlockingCopy: Sendable {
             if let existing, existing.type != .regular { return nil }
         }
         let input: Int32
-        do throws(Errno) { input = try Syscall.open(source, flags: O_RDONLY | O_CLOEXEC | O_NOCTTY) } catch {
+        do throws(Errno) { input = try openSource() } catch {
             return sourceError(.openForReading, error)
         }
         let sourceStatus: Stat
@@ -172,17 +237,17 @@ private struct BlockingCopy: Sendable {
             Syscall.closeIgnoringErrors(input)
             return sameFileError
         }
-        let mode = permissions?.rawValue ?? CModeT(sourceStatus.mode.rawValue & 0o7777)
+        let mode = permissions?.rawValue ?? CModeT(sourceStatus.mode.rawValue & 0o7777 & modeMask)
         let flags = (readable ? O_RDWR : O_WRONLY) | O_CREAT | O_CLOEXEC | O_NOCTTY
         // Created exclusively first, in place too: then a failed copy knows
         // the file is its own, and removes it.
         var created = true
         var opened = Result { () throws(Errno) in
-            try Syscall.open(paths.target, flags: flags | O_EXCL, mode: mode)
+            try openTarget(flags: flags | O_EXCL, mode: mode)
         }
         if case .failure(.fileExists) = opened, paths.atomic == nil {
             // Something is there: which file is it?
-            let found = try? Syscall.stat(paths.target)
+            let found = try? statTarget()
             if let found, Self.sameFile(found, sourceStatus) {
                 Syscall.closeIgnoringErrors(input)
                 return sameFileError
@@ -195,7 +260,7 @@ private struct BlockingCopy: Sendable {
                 }
                 // Written in place, as it is (a dangling symlink: created through it).
                 created = false
-                opened = Result { () throws(Errno) in try Syscall.open(paths.target, flags: flags, mode: mode) }
+                opened = Result { () throws(Errno) in try openTarget(flags: flags, mode: mode) }
             }
         }
         let output: Int32
@@ -253,7 +318,7 @@ private struct BlockingCopy: Sendable {
         func fail(_ outcome: SmallFileCopy.Outcome) -> SmallFileCopy.Outcome {
             if open.input { Syscall.closeIgnoringErrors(input) }
             if open.output { Syscall.closeIgnoringErrors(output) }
-            if created { try? Syscall.unlink(paths.target) }
+            if created { removeTarget() }
             return outcome
         }
         // A file whose stat says 0 bytes may still have some (procfs): it is read to its end.

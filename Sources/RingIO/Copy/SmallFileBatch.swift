@@ -1,0 +1,153 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import Synchronization
+import SystemPackage
+import RingIOBase
+import RingIOChannel
+import RingIOQueue
+
+/// Small regular files of one directory copied into one other directory,
+/// one after another on one worker of `IOQueue.global`: one hand-off in
+/// and one out for the whole batch, and every file opened by its name
+/// relative to the two directories (`openat`), not by its whole path.
+///
+/// ```
+///  caller (a tree copy's task)     pool worker
+///  ───────────────────────────     ───────────
+///  submit ─────────────────────▶  open both directories
+///                                 per file: openat, fstat, openat (create), read, write, close, close
+///  resumes ◀─────────────────────  one result per file
+/// ```
+///
+/// Each file is copied as `FileCopier` copies a small regular file in
+/// place (`SmallFileCopy`), with the same checks and errors. A file that is
+/// not a small regular file once open (larger than `IO.smallFileLimit`, a
+/// FIFO put there meanwhile) is left as it was found, nothing created for
+/// it, and comes back `.general`, for the caller's general path; so does
+/// every file where a directory cannot be opened (its own copy then
+/// reports the error).
+package enum SmallFileBatch {
+    /// One file: its name in both directories, and its paths for errors.
+    package struct Item: Sendable {
+        package var name: FilePath.Component
+        package var source: FilePath
+        package var destination: FilePath
+
+        package init(name: FilePath.Component, source: FilePath, destination: FilePath) {
+            self.name = name
+            self.source = source
+            self.destination = destination
+        }
+    }
+
+    /// What became of one file.
+    package enum Result: Sendable {
+        case copied(Int64)
+        case failed(IOError)
+        /// Not copied, nothing left behind: copy it by the general path.
+        case general
+    }
+
+    /// How the files are created.
+    package struct Settings: Sendable {
+        /// Fail with `EEXIST` where a file exists (else written in place).
+        package var exclusive = false
+        package var permissions: FilePermissions?
+        package var modeMask: CModeT = 0o7777
+        package var preserve: IO.CopyOptions.Preserved = []
+        package var reflink: FileCopier.Reflink = .never
+
+        package init(_ options: IO.CopyOptions) {
+            exclusive = options.exclusive
+            permissions = options.permissions
+            modeMask = options.copiesSpecialModeBits ? 0o7777 : 0o777
+            preserve = options.preserve
+            reflink = options.reflink
+        }
+    }
+
+    /// Copies `items` from `sourceDirectory` into `destinationDirectory`
+    /// (absolute paths), in order, on one pool worker (or on this thread,
+    /// where blocking calls are allowed). A cancellation of the task stops
+    /// the batch between two files: the rest fail with `ECANCELED`.
+    /// - Returns: one result for each item, in order.
+    package static func copy(_ items: [Item], from sourceDirectory: FilePath, to destinationDirectory: FilePath,
+                             settings: Settings) async -> [Result] {
+        let cancelled = CancelFlag()
+        let work: @Sendable () -> [Result] = {
+            run(items, from: sourceDirectory, to: destinationDirectory, settings: settings, cancelled: cancelled)
+        }
+        return await withTaskCancellationHandler {
+            if BlockingCalls.allowedHere || IOQueue.global.isCurrent { return work() }
+            return await withUnsafeContinuation { continuation in
+                IOQueue.global.async { continuation.resume(returning: work()) }
+            }
+        } onCancel: {
+            cancelled.set()
+        }
+    }
+
+    /// Set once the task is cancelled; read between two files.
+    private final class CancelFlag: Sendable {
+        private let flag = Atomic<Bool>(false)
+        func set() { flag.store(true, ordering: .relaxed) }
+        var isSet: Bool { flag.load(ordering: .relaxed) }
+    }
+
+    /// A directory to name files in (`O_PATH`: nothing is read through it,
+    /// so it needs no read permission).
+    private static func openDirectory(_ path: FilePath) -> CInt? {
+        try? Syscall.withPath(path) { (p) throws(Errno) in
+            // O_PATH is 0o10000000 (hidden from Swift behind _GNU_SOURCE).
+            try Syscall.openat(AT_FDCWD, p, flags: 0o10000000 | O_DIRECTORY | O_CLOEXEC)
+        }
+    }
+
+    private static func run(_ items: [Item], from sourceDirectory: FilePath, to destinationDirectory: FilePath,
+                            settings: Settings, cancelled: CancelFlag) -> [Result] {
+        guard let from = openDirectory(sourceDirectory) else { return items.map { _ in .general } }
+        defer { Syscall.closeIgnoringErrors(from) }
+        guard let into = openDirectory(destinationDirectory) else { return items.map { _ in .general } }
+        defer { Syscall.closeIgnoringErrors(into) }
+        var results: [Result] = []
+        results.reserveCapacity(items.count)
+        for item in items {
+            if cancelled.isSet {
+                results.append(.failed(IOError(.openForReading, path: item.source, side: .source, errno: .canceled)))
+                continue
+            }
+            var copy = BlockingCopy(paths: PathRequest.Paths(source: item.source, inPlace: item.destination),
+                                    permissions: settings.permissions, createNew: settings.exclusive,
+                                    request: CopyPlan.Request(reflink: settings.reflink),
+                                    preserve: settings.preserve, sync: false, readable: false,
+                                    sourceIsRegular: true, modeMask: settings.modeMask)
+            copy.sourceAt = from
+            copy.sourceName = .component(item.name)
+            copy.targetAt = into
+            copy.targetName = .component(item.name)
+            switch copy.run() {
+            case .copied(let bytes):
+                results.append(.copied(bytes))
+            case .failed(let error):
+                results.append(.failed(error))
+            case .notSmall(let pair):
+                // Left for the general path as it was found: a file this
+                // batch created goes again (the general path creates it).
+                Syscall.closeIgnoringErrors(pair.input)
+                Syscall.closeIgnoringErrors(pair.output)
+                if pair.created {
+                    _ = try? item.name.withPlatformString { p in
+                        Swift.Result { () throws(Errno) in try Syscall.unlinkat(into, p) }
+                    }.get()
+                }
+                results.append(.general)
+            case .changed, nil:
+                results.append(.general)
+            }
+        }
+        return results
+    }
+}
