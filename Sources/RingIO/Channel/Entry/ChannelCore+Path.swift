@@ -168,7 +168,8 @@ extension ChannelCore {
             Syscall.closeIgnoringErrors(fd)
             return openPath()
         }
-        openSucceeded(fd: fd, fileKind: fileKind, found: found, reopen: reopen, identity: identity, retried: false)
+        openSucceeded(fd: fd, flags: flags, fileKind: fileKind, found: found, reopen: reopen, identity: identity,
+                      retried: false)
     }
 
     /// Opens the path (the first time, or again after the channel let go
@@ -201,17 +202,17 @@ extension ChannelCore {
                 case .failure(let error):
                     openFailed(error, closing: fd, retried: retried)
                 case .success(let (fileKind, found)):
-                    openSucceeded(fd: fd, fileKind: fileKind, found: found, reopen: reopen, identity: identity,
-                                  retried: retried)
+                    openSucceeded(fd: fd, flags: flags, fileKind: fileKind, found: found, reopen: reopen,
+                                  identity: identity, retried: retried)
                 }
             }
         }
     }
 
-    /// The open (through the engine or on this thread) gave `fd`, of
-    /// `fileKind` and identity `found`: the channel is open, or fails when
+    /// The open (through the engine or on this thread, with `flags`) gave
+    /// `fd`, of `fileKind` and identity `found`: the channel is open, or fails when
     /// the file cannot serve it or a reopen found another file.
-    private func openSucceeded(fd: Int32, fileKind: FileKind, found: FileIdentity, reopen: Int64??,
+    private func openSucceeded(fd: Int32, flags: Int32, fileKind: FileKind, found: FileIdentity, reopen: Int64??,
                                identity: FileIdentity?, retried: Bool) {
         // The file may have changed since the check.
         if let error = fileKind.unusable(for: kind) { return openFailed(error, closing: fd, retried: retried) }
@@ -227,7 +228,8 @@ extension ChannelCore {
                 }
             }
         }
-        pathOpened(FDEntry.owning(fd: fd, kind: fileKind, identity: found), identity: found, retried: retried)
+        pathOpened(FDEntry.owning(fd: fd, kind: fileKind, identity: found, flags: flags), identity: found,
+                   retried: retried)
     }
 
     /// The open failed for good (a woken waiter's says so first).
