@@ -139,6 +139,43 @@ struct InlineReadTests {
         #expect(entry.handlerInline.load(ordering: .relaxed) == 1, "the cached read made no operation")
     }
 
+    @Test("a fresh path channel opens its file at its first cached read, on the calling thread, and reads there; a handler read too; nothing opens at creation",
+          arguments: allBackends)
+    func pathChannelOpensAtFirstRead(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let bytes = randomBytes(16 * KiB, seed: 8)
+        let fd = try Self.file(dir, "p", bytes)
+        defer { try? fd.close() }
+        guard Self.noWaitWorks(fd) else {
+            try Test.cancel("the file system under /tmp refuses RWF_NOWAIT reads")
+        }
+        let path = FilePath(dir.file("p"))
+        let awaited = try IOChannel(kind: .random, path: path, mode: .readOnly, queue: .global, engine: engine)
+        #expect(Self.entry(of: awaited) == nil, "the open stays lazy")
+        let data = try await awaited.read(offset: 4096, length: 4096)
+        #expect(data == DataChunk(bytes[4096..<8192]))
+        let entry = try #require(Self.entry(of: awaited))
+        #expect(entry.awaitedInline.load(ordering: .relaxed) == 1, "opened and read on this thread")
+        awaited.close()
+
+        let queue = IOQueue(label: "inline-path-handler")
+        let handled = Recorder(queue: queue)
+        let cleaned = Latch()
+        let channel = try IOChannel(kind: .random, path: path, mode: .readOnly, queue: queue, engine: engine) { error in
+            #expect(error == nil)
+            cleaned.signal()
+        }
+        channel.read(offset: 8192, length: 4096, queue: queue, handler: handled.handler)
+        // Open when `read` returns: the file was opened on this thread.
+        let second = try #require(Self.entry(of: channel))
+        #expect(second.handlerInline.load(ordering: .relaxed) == 1, "the read made no operation")
+        channel.close()
+        #expect(handled.wait(timeout: .seconds(300)) && cleaned.wait(timeout: .seconds(300)))
+        #expect(handled.calls.count == 1 && handled.calls.allSatisfy { $0.onQueue })
+        #expect(handled.bytes == Array(bytes[8192..<12288]) && handled.isDone)
+    }
+
     /// Whether each of `pages` 4 KiB pages from `offset` is in the page
     /// cache (mincore on a mapping: it reads nothing); nil if it cannot tell.
     static func resident(_ fd: FileDescriptor, offset: Int, pages: Int) -> [Bool]? {

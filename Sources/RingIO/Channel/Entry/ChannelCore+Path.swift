@@ -15,19 +15,12 @@ import RingIOQueue
 // channel let go of its fd under fd pressure: PathDescriptors.swift), and
 // letting go of it.
 extension ChannelCore {
-    /// When the channel was last used, on `PathDescriptors.clock`.
-    var lastUse: UInt64 { lastUseStamp.load(ordering: .relaxed) }
-
-    /// A path channel is used: it becomes the most recently used.
+    /// A path channel is used: if it holds an fd, it becomes the most
+    /// recently used holder.
     @inline(__always)
     func touch() {
-        // A load and a store, not a read-modify-write on every use: two
-        // channels used at once may get the same stamp, which only makes
-        // their order in the least-recently-used release arbitrary.
         guard let descriptors = pathDescriptors else { return }
-        let now = descriptors.clock.load(ordering: .relaxed) &+ 1
-        descriptors.clock.store(now, ordering: .relaxed)
-        lastUseStamp.store(now, ordering: .relaxed)
+        descriptors.touch(self)
     }
 
     /// A path channel lets go of its fd if it may (a regular file, open,
@@ -51,7 +44,7 @@ extension ChannelCore {
         _ = lifecycle.release(position: position)
         let stalled = PathDescriptors.shared.forget(self, closing: true)
         lock.unlock()
-        PathDescriptors.run(stalled)
+        PathDescriptors.shared.perform(stalled)
         entry.closeReleased()
         return true
     }
@@ -64,20 +57,26 @@ extension ChannelCore {
         _ = releaseIfIdle()
     }
 
-    /// The asynchronous check of a path channel's path (statx; with `.create`
-    /// and no file, its directory).
+    /// `openat2` with `RESOLVE_CACHED` works here (cleared once it fails
+    /// with `ENOSYS`, `EINVAL` or `EPERM`: an old kernel, a seccomp filter).
+    private static let cachedOpens = Atomic<Bool>(true)
+
+    /// The check of a path channel's path: on this thread where it cannot
+    /// block (`checkPathNow`), else in the background (statx through the
+    /// engine; with `.create` and no file, its directory).
     func checkPath() {
         guard let spec = pathSpec else { return }
+        if checkPathNow(spec) { return }
         let follow = !spec.options.contains(.noFollow)
         Probe.statx(engine: engine, path: spec.path, follow: follow) { [self] result in
             switch result {
             case .success(let fileKind):
                 if let error = fileKind.unusable(for: kind) { return pathFailed(error) }
-                pathChecked()
+                pathChecked(regular: fileKind == .regular)
             case .failure(.noSuchFileOrDirectory) where spec.options.contains(.create):
                 Probe.statx(engine: engine, path: spec.path.removingLastComponent(), follow: true) { [self] parent in
                     switch parent {
-                    case .success(.directory): pathChecked()
+                    case .success(.directory): pathChecked(regular: false)
                     case .success: pathFailed(.notDirectory)
                     case .failure(let error): pathFailed(error)
                     }
@@ -88,9 +87,89 @@ extension ChannelCore {
         }
     }
 
-    private func pathChecked() {
-        let open = lock.withLock { lifecycle.pathChecked() }
+    /// The check made on this thread from the dentry cache alone: the
+    /// path resolved by `openat2(O_PATH, RESOLVE_CACHED)` (which never
+    /// waits for a disk or a server, and opens nothing but the name) and
+    /// its kind from `fstat`. False, with nothing decided, when that cannot
+    /// answer (a name not cached, any error): the background check then
+    /// gives the answer and the error, as before.
+    private func checkPathNow(_ spec: PathSpec) -> Bool {
+        guard Self.cachedOpens.load(ordering: .relaxed) else { return false }
+        // O_PATH (0o10000000, hidden from Swift behind _GNU_SOURCE).
+        let flags = 0o10000000 | O_CLOEXEC | (spec.options.contains(.noFollow) ? O_NOFOLLOW : 0)
+        let fd: Int32
+        do throws(Errno) { fd = try Syscall.openCached(spec.path, flags: flags) } catch {
+            Self.noteCachedOpenFailure(error)
+            return false
+        }
+        let described = describe(fd: fd)
+        Syscall.closeIgnoringErrors(fd)
+        guard case .success(let (fileKind, _)) = described else { return false }
+        if let error = fileKind.unusable(for: kind) {
+            pathFailed(error)
+        } else {
+            pathChecked(regular: fileKind == .regular)
+        }
+        return true
+    }
+
+    /// An `openat2` that failed for want of kernel support turns the
+    /// cached opens off for good.
+    private static func noteCachedOpenFailure(_ error: Errno) {
+        if error == .noFunction || error == .invalidArgument || error == .notPermitted {
+            cachedOpens.store(false, ordering: .relaxed)
+        }
+    }
+
+    private func pathChecked(regular: Bool) {
+        let open = lock.withLock { () -> Bool in
+            checkedRegular = regular
+            return lifecycle.pathChecked()
+        }
         if open { openPath() }
+    }
+
+    /// Whether a read about to run on this thread may open the path here
+    /// (`openPathNow`): a regular file by the check (or one the channel let
+    /// go of), first opened without `.create` or `.truncate` (which
+    /// `RESOLVE_CACHED` refuses, and which may write), not in direct-I/O
+    /// mode. Called with the lock held.
+    func mayOpenNowLocked() -> Bool {
+        guard let spec = pathSpec, settings.directIO == .off, Self.cachedOpens.load(ordering: .relaxed) else {
+            return false
+        }
+        switch lifecycle.target {
+        case .unopened(.checked): return checkedRegular && spec.openFlags & (O_CREAT | O_TRUNC) == 0
+        case .unopened(.released): return true
+        default: return false
+        }
+    }
+
+    /// Opens the path on this thread (the lifecycle's `beginOpenNow` began
+    /// the open): from the dentry cache alone (`openat2` with
+    /// `RESOLVE_CACHED`) and with `O_NONBLOCK`, so that it waits for no
+    /// disk, server or FIFO peer, then `fstat`; a regular file's fd gets
+    /// its flags back (`O_NONBLOCK` off unless asked for) and the channel is
+    /// open (or failed, for a reopen that found another file) before this
+    /// returns. Anything else (a name not cached, any error, not a regular
+    /// file) closes what it opened and opens through the engine, as a
+    /// queued operation would, which gives the errors.
+    func openPathNow() {
+        guard let spec = pathSpec else { return }
+        let (reopen, identity) = lock.withLock { (lifecycle.reopening, openedIdentity) }
+        let flags = reopen == nil ? spec.openFlags : spec.reopenFlags
+        let fd: Int32
+        do throws(Errno) { fd = try Syscall.openCached(spec.path, flags: flags | O_NONBLOCK) } catch {
+            Self.noteCachedOpenFailure(error)
+            return openPath()
+        }
+        guard case .success(let (fileKind, found)) = describe(fd: fd), fileKind == .regular,
+              flags & O_NONBLOCK != 0 || (try? Syscall.fcntl(fd, F_SETFL, flags)) != nil else {
+            Syscall.closeIgnoringErrors(fd)
+            return openPath()
+        }
+        openSucceeded(fd: fd, flags: flags, fileKind: fileKind, found: found, reopen: reopen, identity: identity,
+                      retried: false)
     }
 
     /// Opens the path (the first time, or again after the channel let go
@@ -104,12 +183,6 @@ extension ChannelCore {
         let permissions = spec.permissions?.rawValue ?? 0o666
         let flags = reopen == nil ? spec.openFlags : spec.reopenFlags
         Probe.open(engine: engine, path: spec.path, flags: flags, mode: UInt32(permissions)) { [self] result in
-            /// The open failed for good (a woken waiter's says so first).
-            func failed(_ error: Errno, closing fd: Int32? = nil, detail: String? = nil) {
-                if let fd { Syscall.closeIgnoringErrors(fd) }
-                if retried { PathDescriptors.shared.retryFailed() }
-                pathFailed(error, detail: detail)
-            }
             switch result {
             case .failure(let error):
                 if error == .tooManyOpenFiles || error == .tooManyOpenFilesInSystem {
@@ -120,33 +193,50 @@ extension ChannelCore {
                     return pathFailed(error)
                 }
                 if reopen != nil, error == .noSuchFileOrDirectory {
-                    return failed(error, detail: "the file this channel opened is no longer at this path")
+                    return openFailed(error, retried: retried,
+                                      detail: "the file this channel opened is no longer at this path")
                 }
-                failed(error)
+                openFailed(error, retried: retried)
             case .success(let fd):
                 switch describe(fd: fd) {
                 case .failure(let error):
-                    failed(error, closing: fd)
+                    openFailed(error, closing: fd, retried: retried)
                 case .success(let (fileKind, found)):
-                    // The file may have changed since the check.
-                    if let error = fileKind.unusable(for: kind) { return failed(error, closing: fd) }
-                    if let reopen {
-                        // Renamed or replaced since: never another file.
-                        if found != identity {
-                            return failed(.staleNFSFileHandle, closing: fd,
-                                          detail: "the path names another file than the one this channel opened")
-                        }
-                        if let position = reopen {
-                            do throws(Errno) { try Syscall.lseek(fd, position, SEEK_SET) } catch {
-                                return failed(error, closing: fd)
-                            }
-                        }
-                    }
-                    pathOpened(FDEntry.owning(fd: fd, kind: fileKind, identity: found), identity: found,
-                               retried: retried)
+                    openSucceeded(fd: fd, flags: flags, fileKind: fileKind, found: found, reopen: reopen,
+                                  identity: identity, retried: retried)
                 }
             }
         }
+    }
+
+    /// The open (through the engine or on this thread, with `flags`) gave
+    /// `fd`, of `fileKind` and identity `found`: the channel is open, or fails when
+    /// the file cannot serve it or a reopen found another file.
+    private func openSucceeded(fd: Int32, flags: Int32, fileKind: FileKind, found: FileIdentity, reopen: Int64??,
+                               identity: FileIdentity?, retried: Bool) {
+        // The file may have changed since the check.
+        if let error = fileKind.unusable(for: kind) { return openFailed(error, closing: fd, retried: retried) }
+        if let reopen {
+            // Renamed or replaced since: never another file.
+            if found != identity {
+                return openFailed(.staleNFSFileHandle, closing: fd, retried: retried,
+                                  detail: "the path names another file than the one this channel opened")
+            }
+            if let position = reopen {
+                do throws(Errno) { try Syscall.lseek(fd, position, SEEK_SET) } catch {
+                    return openFailed(error, closing: fd, retried: retried)
+                }
+            }
+        }
+        pathOpened(FDEntry.owning(fd: fd, kind: fileKind, identity: found, flags: flags), identity: found,
+                   retried: retried)
+    }
+
+    /// The open failed for good (a woken waiter's says so first).
+    private func openFailed(_ error: Errno, closing fd: Int32? = nil, retried: Bool, detail: String? = nil) {
+        if let fd { Syscall.closeIgnoringErrors(fd) }
+        if retried { PathDescriptors.shared.retryFailed() }
+        pathFailed(error, detail: detail)
     }
 
     private func pathOpened(_ entry: FDEntry, identity: FileIdentity, retried: Bool) {
@@ -161,9 +251,11 @@ extension ChannelCore {
             }
         }
         // (Only a regular file's channel ever lets go of its fd.)
-        if !lifecycle.isClosed && entry.kind == .regular { PathDescriptors.shared.hold(self) }
+        let holds = !lifecycle.isClosed && entry.kind == .regular
+        let work = PathDescriptors.shared.opened(holder: holds ? self : nil, retried: retried,
+                                                 closing: actions.handOffCleanup)
         lock.unlock()
-        PathDescriptors.shared.opened(retried: retried, closing: actions.handOffCleanup)
+        PathDescriptors.shared.perform(work)
         entry.start(ready)
         if actions.handOffCleanup { entry.channelClosed(cleanup: .init(queue: queue, handler: cleanup)) }
     }

@@ -68,11 +68,17 @@ package final class ChannelCore: @unchecked Sendable {
     /// A path channel's file as first opened (st_dev, st_ino): a reopen
     /// must find the same one.
     var openedIdentity: FileIdentity?
+    /// The path's check found a regular file (a read may then open it on
+    /// its own thread: `openPathNow`).
+    var checkedRegular = false
     /// Why a reopen failed, in words (`openError`'s detail).
     var reopenDetail: String?
-    /// When a path channel was last used (`PathDescriptors.clock`): the
-    /// least recently used idle ones let go of their fds first.
-    let lastUseStamp = Atomic<UInt64>(0)
+    /// A path channel's place in `PathDescriptors`' list of holders (least
+    /// recently used first), and whether it is in it: guarded by that
+    /// object's lock, not this one's.
+    var holderPrevious: ChannelCore?
+    var holderNext: ChannelCore?
+    var isHolder = false
 
     /// A channel on an fd (or on an entry of another channel), or a failed one.
     init(kind: IOChannel.Kind, target: Target, queue: IOQueue, engine: IOEngine,
@@ -204,12 +210,12 @@ package final class ChannelCore: @unchecked Sendable {
     /// The fd the user asks for: a path channel that shows it never lets
     /// go of it.
     var fileDescriptor: FileDescriptor? {
-        let (entry, stalled) = lock.withLock { () -> (FDEntry?, [PathDescriptors.Retry]) in
+        let (entry, stalled) = lock.withLock { () -> (FDEntry?, PathDescriptors.Work) in
             let entry = lifecycle.pin()
-            guard entry != nil && pathSpec != nil else { return (entry, []) }
+            guard entry != nil && pathSpec != nil else { return (entry, .init()) }
             return (entry, PathDescriptors.shared.forget(self, closing: false))
         }
-        PathDescriptors.run(stalled)
+        PathDescriptors.shared.perform(stalled)
         return entry.map { FileDescriptor(rawValue: $0.fd) }
     }
 
@@ -254,7 +260,8 @@ package final class ChannelCore: @unchecked Sendable {
     /// allows, with the operation begun on it (`FDEntry.beginInline`), and
     /// the random channel's base. `nil`: submit it as usual (a path not open
     /// yet, a closed or failed channel, direct I/O asked for, something
-    /// queued ahead of it on the fd).
+    /// queued ahead of it on the fd). A path channel's read whose file is
+    /// not open opens it first, on this thread, where that cannot block.
     /// `handlerLength`: a handler read of that many bytes, which must come
     /// in one handler call (the high-water mark allows it, no interval).
     func beginInline(isWrite: Bool, handlerLength: Int? = nil,
@@ -263,6 +270,13 @@ package final class ChannelCore: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         if let handlerLength, settings.high < handlerLength || settings.interval != nil { return nil }
+        // A path channel's read opens its file here, where that cannot
+        // block (ChannelCore+Path.swift), and then goes on as on an fd.
+        if !isWrite && mayOpenNowLocked() && lifecycle.beginOpenNow() {
+            lock.unlock()
+            openPathNow()
+            lock.lock()
+        }
         guard settings.directIO == .off, !lifecycle.isClosed, case .open(let entry, let base) = lifecycle.target,
               eligible(entry),
               entry.beginInline(stream: kind == .stream, isWrite: isWrite, handler: handlerLength != nil) else { return nil }
@@ -354,9 +368,9 @@ package final class ChannelCore: @unchecked Sendable {
         let actions = lifecycle.close(stop: stop)
         let toStop = actions.stopActive ? activeLocked() : []
         // (A path channel's entry closes its fd once its handlers return.)
-        let stalled = pathSpec == nil ? [] : PathDescriptors.shared.forget(self, closing: actions.closeEntry != nil)
+        let stalled = pathSpec == nil ? .init() : PathDescriptors.shared.forget(self, closing: actions.closeEntry != nil)
         lock.unlock()
-        PathDescriptors.run(stalled)
+        PathDescriptors.shared.perform(stalled)
         for op in actions.cancel { op.finishWithoutIO(.canceled) }
         for op in toStop { op.stop() }
         if let entry = actions.closeEntry { entry.channelClosed(cleanup: .init(queue: queue, handler: cleanup)) }

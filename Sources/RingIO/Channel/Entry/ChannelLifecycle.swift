@@ -22,7 +22,10 @@ import RingIOBase
 ///
 /// A path channel whose entry has nothing queued, running or left to
 /// return may let go of its fd (`release`) and open the path again on its
-/// next use; `pin` (the user saw the fd) forbids it for good.
+/// next use; `pin` (the user saw the fd) forbids it for good. A read
+/// about to run on the caller's thread may open the file there
+/// (`beginOpenNow`): the same `opening` or `reopening` state, ended the
+/// same way.
 ///
 /// The cleanup handler is handed on exactly once: to the entry when an
 /// open channel closes (it runs once every channel of the fd closed), at
@@ -273,6 +276,22 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
         guard !pinned, let entry = currentEntry else { return nil }
         target = .unopened(.released(position: position))
         return entry
+    }
+
+    /// An operation about to run on the caller's thread opens the path
+    /// there: checked (or released), nothing waiting, not closed. The open
+    /// is then under way (`opening`, `reopening`) as if work waited for it:
+    /// what arrives meanwhile waits in `deferred`, and `pathOpened` or
+    /// `pathFailed` ends it. Returns whether it began.
+    mutating func beginOpenNow() -> Bool {
+        defer { _invariantCheck() }
+        guard !isClosed, deferred.isEmpty else { return false }
+        switch target {
+        case .unopened(.checked): target = .unopened(.opening)
+        case .unopened(.released(let position)): target = .unopened(.reopening(position: position))
+        default: return false
+        }
+        return true
     }
 
     /// The path's check passed: returns whether the shell must open it now.

@@ -166,7 +166,7 @@ final class FDEntry: @unchecked Sendable {
 
     private var host: Host { Host(fd: fd, alignment: directAlignment, appendMode: appendMode) }
 
-    private init(fd: Int32, kind: FileKind, key: Key?, ownsDescriptor: Bool, device: UInt64?) {
+    private init(fd: Int32, kind: FileKind, key: Key?, ownsDescriptor: Bool, device: UInt64?, flags known: Int32? = nil) {
         self.fd = fd
         self.kind = kind
         self.isRegular = kind == .regular
@@ -176,7 +176,7 @@ final class FDEntry: @unchecked Sendable {
         self.device = device
         self.noWait = Atomic(kind == .regular && device != nil
                                  ? NoWaitReads.of(device: device!).rawValue : NoWaitReads.unsupported.rawValue)
-        let flags = (try? Syscall.fcntl(fd, F_GETFL)) ?? -1
+        let flags = known ?? (try? Syscall.fcntl(fd, F_GETFL)) ?? -1
         self.appendMode = flags >= 0 && (flags & O_APPEND) != 0
         self.writeOnly = flags >= 0 && (flags & O_ACCMODE) == O_WRONLY
         self.fixedFile = kind.isPositional ? FixedFileSlot(fd: fd) : nil
@@ -216,9 +216,10 @@ final class FDEntry: @unchecked Sendable {
         }
     }
 
-    /// A new entry for an fd a path channel opened; it closes the fd at the end.
-    static func owning(fd: Int32, kind: FileKind, identity: FileIdentity? = nil) -> FDEntry {
-        FDEntry(fd: fd, kind: kind, key: nil, ownsDescriptor: true, device: identity?.device)
+    /// A new entry for an fd a path channel opened; it closes the fd at the
+    /// end. `flags`: those it was opened with (else `fcntl` asks).
+    static func owning(fd: Int32, kind: FileKind, identity: FileIdentity? = nil, flags: Int32? = nil) -> FDEntry {
+        FDEntry(fd: fd, kind: kind, key: nil, ownsDescriptor: true, device: identity?.device, flags: flags)
     }
 
     /// One more channel shares this entry; false if it has already finished.

@@ -26,91 +26,77 @@ import RingIOBase
 /// The limit is read once (`getrlimit`), and again after an open fails with
 /// `EMFILE` or `ENFILE`, so that a limit the program changed with
 /// `setrlimit` counts from its next `EMFILE`.
-// @unchecked: every `var` is read and written with `lock` held; `pressure`
-// is atomic.
+// @unchecked: `state`, `waiters`, the list (`head`, `tail`, and each
+// channel's `holderPrevious`/`holderNext`/`isHolder`) are read and written
+// with `lock` held; `pressure` and `tailHint` are atomic.
 final class PathDescriptors: @unchecked Sendable {
     typealias Retry = @Sendable () -> Void
+
+    /// What an event leaves to do once no lock is held (`perform`).
+    struct Work {
+        /// Ask this many idle holders, least recently used first, to let go.
+        var release = 0
+        /// Waiting opens to try again.
+        var retries: [Retry] = []
+    }
 
     static let shared = PathDescriptors()
 
     private let lock = PlainLock()
-    /// Fds opened by path channels and not closed yet.
-    private var open = 0
-    /// The path channels with an fd they may let go of.
-    private var holders: [ObjectIdentifier: ChannelCore] = [:]
-    /// Fds of path channels that closed or let go of them, not closed yet:
-    /// each closes once its last handler returns, with no one's help.
-    private var closing = 0
+    /// The counts, and what each event leaves to do.
+    private var state = PathDescriptorState()
     /// Opens that failed with `EMFILE` or `ENFILE`: each tries again once a
-    /// path channel's fd closes.
+    /// path channel's fd closes (`state.waiting` of them).
     private var waiters = RingBuffer<Retry>(initialCapacity: 4)
-    /// Waiters woken that have not said how their open went yet (`opened`,
-    /// `waitForClose`, `retryFailed`): each may become a holder.
-    private var retrying = 0
-    /// Opens and waits since the last search for idle channels. A search
-    /// visits every holder, so it is made when the pressure begins and then
-    /// once per `cap / 8` of them; meanwhile a channel that goes idle lets
-    /// go of its fd by itself (`ChannelCore.releaseUnderPressure`).
-    private var eventsSinceSearch = 0
-    /// The most fds path channels should hold (half the soft limit, at least 16).
-    private var cap = 512
-    /// `cap` was computed from the limit (once, then after each `EMFILE`).
-    private var limitRead = false
-    /// More are open than `cap`, or opens wait: a channel that goes idle
-    /// lets go of its fd at once.
+    /// The holders, least recently used first: an intrusive list through
+    /// their `holderPrevious`/`holderNext` (a use moves one to the tail).
+    private var head: ChannelCore?
+    private var tail: ChannelCore?
+    /// The tail's identity, read without the lock: a use of the channel
+    /// that is already the most recently used one takes no lock.
+    private let tailHint = Atomic<UInt>(0)
+    /// `state.pressure`, read without the lock.
     let pressure = Atomic<Bool>(false)
-    /// The clock of `ChannelCore.lastUse`: ticks once per path channel use.
-    let clock = Atomic<UInt64>(0)
 
-    /// `holder` has an fd it may let go of. (Called with its lock held:
-    /// the order is channel, then this; this calls no channel with its own
-    /// lock held.)
-    func hold(_ holder: ChannelCore) {
-        lock.withLock { holders[ObjectIdentifier(holder)] = holder }
-    }
-
-    /// A path channel opened an fd (after `hold`, if it may let go of it).
-    /// `retried`: the open was a woken waiter's. `closing`: the channel was
-    /// closed meanwhile, the fd closes once its handlers return.
-    func opened(retried: Bool = false, closing closes: Bool = false) {
-        let (excess, stalled) = lock.withLock { () -> (Int, [Retry]) in
-            let before = pressure.load(ordering: .relaxed)
-            open += 1
-            if retried { retrying -= 1 }
-            if closes { closing += 1 }
-            if !limitRead { readLimitLocked() }
-            updatePressureLocked()
-            let stalled = stalledLocked()
-            guard open > cap, searchNowLocked(pressureBefore: before) else { return (0, stalled) }
-            return (open - cap * 3 / 4, stalled)
+    /// A path channel opened an fd (`holder`: it may let go of it; then
+    /// it becomes the most recently used). `retried`: the open was a woken
+    /// waiter's. `closing`: the channel was closed meanwhile, the fd
+    /// closes once its handlers return. Called with the channel's lock
+    /// held (the order is channel, then this): `perform` the result once
+    /// it is released.
+    func opened(holder: ChannelCore?, retried: Bool = false, closing closes: Bool = false) -> Work {
+        lock.withLock {
+            if !state.limitRead { state.setLimit(Self.readLimit()) }
+            if let holder { appendLocked(holder) }
+            return workLocked(state.opened(holds: holder != nil, retried: retried, closes: closes))
         }
-        if excess > 0 { releaseIdle(count: excess) }
-        Self.run(stalled)
     }
 
     /// A path channel's fd closed: an open waiting for one tries again.
     func closed() {
-        let waiter = lock.withLock { () -> Retry? in
-            open -= 1
-            closing -= 1
-            let next = waiters.popFirst()
-            if next != nil { retrying += 1 }
-            updatePressureLocked()
-            _invariantCheckLocked()
-            return next
-        }
-        waiter?()
+        perform(lock.withLock { workLocked(state.closed()) })
     }
 
-    /// `holder` no longer has an fd it may let go of: it let go of it or
+    /// `channel` no longer has an fd it may let go of: it let go of it or
     /// closed (`closing`: its fd closes by itself, soon), or was pinned.
-    /// Called with its lock held: returns the waiting opens to try again
-    /// once it is released (`run`), when no fd may close by itself now.
-    func forget(_ holder: ChannelCore, closing closes: Bool) -> [Retry] {
+    /// Called with its lock held: `perform` the result once it is released.
+    func forget(_ channel: ChannelCore, closing closes: Bool) -> Work {
         lock.withLock {
-            let removed = holders.removeValue(forKey: ObjectIdentifier(holder)) != nil
-            if closes { closing += 1 }
-            return removed ? stalledLocked() : []
+            let wasHolder = channel.isHolder
+            if wasHolder { unlinkLocked(channel) }
+            return workLocked(state.forget(wasHolder: wasHolder, closes: closes))
+        }
+    }
+
+    /// A path channel is used: a holder becomes the most recently used.
+    @inline(__always)
+    func touch(_ channel: ChannelCore) {
+        let id = UInt(bitPattern: ObjectIdentifier(channel))
+        guard tailHint.load(ordering: .relaxed) != id else { return }
+        lock.withLock {
+            guard channel.isHolder, tail !== channel else { return }
+            unlinkLocked(channel)
+            appendLocked(channel)
         }
     }
 
@@ -123,94 +109,104 @@ final class PathDescriptors: @unchecked Sendable {
     /// so, and waiting for it could be waiting forever). Reads the limit
     /// again (the program may have changed it).
     func waitForClose(retried: Bool = false, _ retry: @escaping Retry) -> Bool {
-        let (search, stalled) = lock.withLock { () -> (Int?, [Retry]) in
-            if retried { retrying -= 1 }
-            readLimitLocked()
-            guard !holders.isEmpty || closing > 0 || retrying > 0 else {
-                // Nothing will close by itself: the others waiting try once more.
-                return (nil, stalledLocked())
+        let (waits, work) = lock.withLock { () -> (Bool, Work) in
+            state.setLimit(Self.readLimit())
+            var failing = PathDescriptorState.Actions()
+            guard let actions = state.waitForClose(retried: retried, failing: &failing) else {
+                return (false, workLocked(failing))
             }
-            let before = pressure.load(ordering: .relaxed)
             waiters.append(retry)
-            updatePressureLocked()
-            // At least one idle holder is asked at each wait: holders that
-            // went idle before the pressure began let go of their fds only
-            // when asked, and a wait that asks none could wait forever.
-            return (searchNowLocked(pressureBefore: before) ? waiters.count : 1, [])
+            return (true, workLocked(actions))
         }
-        Self.run(stalled)
-        guard let search else { return false }
-        if search > 0 { releaseIdle(count: search) }
-        return true
+        perform(work)
+        return waits
     }
 
     /// A woken waiter's open failed otherwise than with `EMFILE`/`ENFILE`.
     func retryFailed() {
-        let stalled = lock.withLock { () -> [Retry] in
-            retrying -= 1
-            return stalledLocked()
+        perform(lock.withLock { workLocked(state.retryFailed()) })
+    }
+
+    /// Carries out what an event left to do (with no channel's lock held).
+    func perform(_ work: Work) {
+        if work.release > 0 { releaseIdle(count: work.release) }
+        for retry in work.retries { retry() }
+    }
+
+    /// The state's actions as work: the waiters to wake, taken off the queue.
+    private func workLocked(_ actions: PathDescriptorState.Actions) -> Work {
+        var work = Work(release: actions.release)
+        for _ in 0..<actions.wake {
+            if let waiter = waiters.popFirst() { work.retries.append(waiter) }
         }
-        Self.run(stalled)
-    }
-
-    /// Runs the retries `forget` returned (with no lock held).
-    static func run(_ retries: [Retry]) {
-        for retry in retries { retry() }
-    }
-
-    /// No path channel's fd may close by itself: every waiting open is
-    /// woken to try once more (each fails if its open fails again and this
-    /// still holds).
-    private func stalledLocked() -> [Retry] {
-        guard !waiters.isEmpty, holders.isEmpty, closing == 0, retrying == 0 else { return [] }
-        var woken: [Retry] = []
-        while let waiter = waiters.popFirst() { woken.append(waiter) }
-        retrying += woken.count
-        updatePressureLocked()
+        pressure.store(state.pressure, ordering: .relaxed)
         _invariantCheckLocked()
-        return woken
+        return work
     }
 
-    private func readLimitLocked() {
-        let limit = (try? Syscall.openFileLimit()).map { Int(clamping: $0) } ?? 1024
-        cap = Swift.max(16, limit / 2)
-        limitRead = true
+    private static func readLimit() -> Int? {
+        (try? Syscall.openFileLimit()).map { Int(clamping: $0) }
     }
 
     /// Asks the idle holders, least recently used first, to let go of
-    /// their fds until `count` did.
+    /// their fds until `count` did or each was asked once. Each one asked
+    /// moves to the tail (one that is busy was just used).
     private func releaseIdle(count: Int) {
-        let candidates = lock.withLock { Array(holders.values) }.sorted { $0.lastUse < $1.lastUse }
         var released = 0
-        for channel in candidates where released < count {
-            if channel.releaseIfIdle() { released += 1 }
+        var asked = 0
+        let holders = lock.withLock { state.holders }
+        while released < count && asked < holders {
+            let batch = lock.withLock { () -> [ChannelCore] in
+                var batch: [ChannelCore] = []
+                while batch.count < Swift.min(count - released, holders - asked), let first = head {
+                    unlinkLocked(first)
+                    appendLocked(first)
+                    batch.append(first)
+                }
+                return batch
+            }
+            if batch.isEmpty { return }
+            asked += batch.count
+            for channel in batch where channel.releaseIfIdle() { released += 1 }
         }
     }
 
-    /// Whether to search for idle holders now (see `eventsSinceSearch`).
-    private func searchNowLocked(pressureBefore: Bool) -> Bool {
-        eventsSinceSearch += 1
-        guard !pressureBefore || eventsSinceSearch >= Swift.max(1, cap / 8) else { return false }
-        eventsSinceSearch = 0
-        return true
+    private func appendLocked(_ channel: ChannelCore) {
+        channel.isHolder = true
+        channel.holderPrevious = tail
+        channel.holderNext = nil
+        if let tail { tail.holderNext = channel } else { head = channel }
+        tail = channel
+        tailHint.store(UInt(bitPattern: ObjectIdentifier(channel)), ordering: .relaxed)
     }
 
-    private func updatePressureLocked() {
-        pressure.store(open > cap || !waiters.isEmpty, ordering: .relaxed)
+    private func unlinkLocked(_ channel: ChannelCore) {
+        let previous = channel.holderPrevious
+        let next = channel.holderNext
+        if let previous { previous.holderNext = next } else { head = next }
+        if let next { next.holderPrevious = previous } else { tail = previous }
+        channel.holderPrevious = nil
+        channel.holderNext = nil
+        channel.isHolder = false
+        tailHint.store(tail.map { UInt(bitPattern: ObjectIdentifier($0)) } ?? 0, ordering: .relaxed)
     }
 
     @inline(__always)
     private func _invariantCheckLocked() {
         #if DEBUG
-        precondition(open >= 0 && closing >= 0 && retrying >= 0,
-                     "PathDescriptors: open \(open), closing \(closing), retrying \(retrying)")
+        state._invariantCheck()
+        precondition(waiters.count == state.waiting,
+                     "PathDescriptors: \(waiters.count) waiting opens, the state counts \(state.waiting)")
+        precondition((head == nil) == (state.holders == 0), "PathDescriptors: the holder list and count disagree")
         #endif
     }
 
     /// Fds path channels hold now (for tests).
-    var openCount: Int { lock.withLock { open } }
+    var openCount: Int { lock.withLock { state.open } }
     /// Opens waiting for a close (for tests).
-    var waitingCount: Int { lock.withLock { waiters.count } }
+    var waitingCount: Int { lock.withLock { state.waiting } }
     /// The cap now (for tests).
-    var currentCap: Int { lock.withLock { cap } }
+    var currentCap: Int { lock.withLock { state.cap } }
+    /// The holders, least recently used first (for tests).
+    var holderCount: Int { lock.withLock { state.holders } }
 }
