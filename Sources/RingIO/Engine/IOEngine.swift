@@ -138,7 +138,7 @@ public final class IOEngine: Sendable {
     /// The cap on read buffers held by reads in flight (`ReadBudget`).
     package let readBudget: ReadBudget
     /// The engine's timers (timer sources, channel intervals, and, on
-    /// io_uring, `asyncAfter`): a heap and one timeout request.
+    /// io_uring, `asyncAfter`): a heap and one alarm of the worker pool.
     package let timers: EngineTimerService
     #if DEBUG
     /// Debug builds: faults tests inject into this engine's requests.
@@ -194,8 +194,7 @@ public final class IOEngine: Sendable {
                 self.core = uring
                 self.queue = IOQueue(label: "ringio.engine", runner: uring)
                 self.readBudget = ReadBudget(limit: configuration.readBufferLimit, queue: queue)
-                self.timers = EngineTimerService(backend: uring, clock: uring.timeoutClock,
-                                                 spin: RingTuning.fromEnvironment.timersWakeEarly ? uring.spin : nil)
+                self.timers = EngineTimerService()
                 self.backend = .ioUring
                 self.fallbackReason = nil
                 return
@@ -209,7 +208,7 @@ public final class IOEngine: Sendable {
         self.core = pool
         self.queue = IOQueue(label: "ringio.engine")
         self.readBudget = ReadBudget(limit: configuration.readBufferLimit, queue: queue)
-        self.timers = EngineTimerService(backend: pool, clock: CLOCK_BOOTTIME)
+        self.timers = EngineTimerService()
         self.backend = .threadPool
         self.fallbackReason = reason
     }
@@ -220,7 +219,7 @@ public final class IOEngine: Sendable {
         self.core = pool
         self.queue = IOQueue(label: "ringio.engine")
         self.readBudget = ReadBudget(limit: ReadBudget.defaultLimit, queue: queue)
-        self.timers = EngineTimerService(backend: pool, clock: CLOCK_BOOTTIME)
+        self.timers = EngineTimerService()
         self.backend = .threadPool
         self.fallbackReason = reason
     }
