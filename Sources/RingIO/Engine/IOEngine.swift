@@ -338,11 +338,11 @@ public final class IOEngine: Sendable {
 
     /// The id of the thread that runs the completions of `.pollMultishot`
     /// watches (the ring thread, or the thread-pool backend's readiness
-    /// loop once it runs); 0 before that. Signal sources forward signals
-    /// to it.
-    package var watchThreadID: Int32 {
-        if let uring { return uring.threadID.load(ordering: .acquiring) }
-        return (core as? ThreadPoolBackend)?.readiness.threadID.load(ordering: .acquiring) ?? 0
+    /// loop once it runs), waiting up to `timeoutNanoseconds` for it to
+    /// start; 0 when it did not. Signal sources forward signals to it.
+    package func watchThreadID(timeoutNanoseconds: UInt64) -> Int32 {
+        if let uring { return uring.threadID.wait(timeoutNanoseconds: timeoutNanoseconds) }
+        return (core as? ThreadPoolBackend)?.readiness.threadID.wait(timeoutNanoseconds: timeoutNanoseconds) ?? 0
     }
 
     /// State that layers above keep per engine (the signal sources' signalfd,

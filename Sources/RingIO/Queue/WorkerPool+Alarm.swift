@@ -46,6 +46,7 @@ extension WorkerPool {
     package func schedule(_ alarm: PoolAlarm, atNanoseconds deadline: UInt64) {
         var spawn = false
         var spawnWatchdog = false
+        let onWorker = Self.workerMarker.value != nil
         lock.lock()
         if alarm.deadline == nil { alarms.append(alarm) }
         alarm.deadline = deadline
@@ -56,21 +57,39 @@ extension WorkerPool {
         } else if spinning || firingWorkers > 0 {
             // The polling worker sees `earliestAlarm`; a firing one looks
             // again when it is done.
+        } else if onWorker {
+            // A handler re-arming its timer: this worker keeps the alarms
+            // when its job ends (no wake-up for a sleeper); the watchdog
+            // covers a long job.
+            spawnWatchdog = needWatchdogLocked()
         } else if idle > 0 {
             lock.signal()  // a sleeper wakes and keeps the alarms
         } else if threads < baseThreads {
             threads += 1
             spawn = true
-        } else if !watchdogRunning {
-            watchdogRunning = true
-            spawnWatchdog = true
-        } else if watchdogAsleep {
-            watchdogAsleep = false
-            watchdogCondition.signal()
+        } else {
+            spawnWatchdog = needWatchdogLocked()
         }
         lock.unlock()
         if spawn { startWorker(extra: false) }
         if spawnWatchdog { startWatchdog() }
+    }
+
+    /// Marks the pool's workers (set at their start).
+    static let workerMarker = ThreadLocalPointer()
+
+    /// Under the lock: the watchdog is needed (alarms may be unkept for a
+    /// while): wakes it when asleep; returns true when it must be started.
+    func needWatchdogLocked() -> Bool {
+        if !watchdogRunning {
+            watchdogRunning = true
+            return true
+        }
+        if watchdogAsleep {
+            watchdogAsleep = false
+            watchdogCondition.signal()
+        }
+        return false
     }
 
     /// Unschedules `alarm`; it does not fire (unless it is firing now).

@@ -181,23 +181,15 @@ package final class WorkerPool: @unchecked Sendable {
     private func workerLoop(extra: Bool) {
         // Timed sleeps (the alarm keeper's) end on time, not up to 50 µs late.
         try? Syscall.setTimerSlack(nanoseconds: 1_000)
+        Self.workerMarker.value = UnsafeMutableRawPointer(bitPattern: 1)
         lock.lock()
         while true {
             if let (job, level) = jobs.popFirst() {
                 started &+= 1
                 if jobs.hasStartable && !spinning { wakeOneLocked() }
-                var spawnWatchdog = false
-                if alarmsUnkept {
-                    // No worker keeps the alarms while this one runs its
-                    // job: the watchdog does (see `PoolAlarm`).
-                    if !watchdogRunning {
-                        watchdogRunning = true
-                        spawnWatchdog = true
-                    } else if watchdogAsleep {
-                        watchdogAsleep = false
-                        watchdogCondition.signal()
-                    }
-                }
+                // No worker keeps the alarms while this one runs its job:
+                // the watchdog does (see `PoolAlarm`).
+                let spawnWatchdog = alarmsUnkept && needWatchdogLocked()
                 lock.unlock()
                 if spawnWatchdog { startWatchdog() }
                 run(job)
