@@ -39,6 +39,11 @@ extension WorkerPool {
     static let keeperlessGraceNanoseconds: UInt64 = 500_000
     /// The most the keeper wakes before a deadline to poll up to it.
     static let maximumEarlyNanoseconds: UInt64 = 200_000
+    /// Alarms firing closer together than this are `alarmsFrequent`.
+    static let frequentAlarmNanoseconds: UInt64 = 500_000
+    /// While alarms are frequent, fires due this close together share the
+    /// keeper's wake-up.
+    static let frequentCoalesceNanoseconds: UInt64 = 50_000
 
     /// Schedules (or moves) `alarm` to fire at `deadline` (CLOCK_MONOTONIC
     /// nanoseconds). Never early: `fire` runs once the clock has reached
@@ -126,7 +131,13 @@ extension WorkerPool {
     /// meanwhile wake no other worker: this one takes their jobs next.
     @discardableResult
     func fireDueAlarm(byWorker: Bool) -> Bool {
-        guard let alarm = takeDueAlarm(now: monotonicNanoseconds()) else { return false }
+        let now = monotonicNanoseconds()
+        // A worker between jobs leaves frequent alarms to the keeper's
+        // next wake-up, unless they are due past the coalescing window.
+        let by = byWorker && alarmsFrequent && !keeperWaiting ? now &- Self.frequentCoalesceNanoseconds : now
+        guard let alarm = takeDueAlarm(now: by) else { return false }
+        alarmsFrequent = now &- lastAlarmFire < Self.frequentAlarmNanoseconds
+        lastAlarmFire = now
         if byWorker { firingWorkers += 1 }
         lock.unlock()
         DeliveryBatch().collect { alarm.fire() }
@@ -145,16 +156,23 @@ extension WorkerPool {
     /// latency early while polling is allowed, then polling the clock up
     /// to it). Returns when an alarm is due, a job came, or an earlier
     /// alarm was scheduled.
+    ///
+    /// While alarms fire often (`alarmsFrequent`: many timers), nothing
+    /// polls and the keeper sleeps `frequentCoalesceNanoseconds` past the
+    /// deadline, so that the fires due meanwhile share its wake-up: firing
+    /// them one by one cost twice the CPU per fire.
     func keepAlarms() {
         let earliest = earliestAlarm.load(ordering: .relaxed)
-        let early = spin.allowed ? Swift.min(keeperWakeLatency + keeperWakeLatency / 2, Self.maximumEarlyNanoseconds) : 0
-        let until = earliest > early ? earliest - early : 0
+        let early = spin.allowed && !alarmsFrequent
+            ? Swift.min(keeperWakeLatency + keeperWakeLatency / 2, Self.maximumEarlyNanoseconds) : 0
+        let until = alarmsFrequent ? earliest &+ Self.frequentCoalesceNanoseconds
+            : earliest > early ? earliest - early : 0
         if until > monotonicNanoseconds() {
             keeperWaiting = true
             keeperUntil = until
             let signalled = keeperCondition.wait(untilNanoseconds: until)
             keeperWaiting = false
-            if !signalled {
+            if !signalled && !alarmsFrequent {
                 let late = Swift.min(monotonicNanoseconds() &- until, 2 * Self.maximumEarlyNanoseconds)
                 keeperWakeLatency = (keeperWakeLatency * 7 + late) / 8
             }

@@ -82,6 +82,10 @@ package final class WorkerPool: @unchecked Sendable {
     var keeperWakeLatency: UInt64 = 20_000
     /// Workers firing alarms now (they take the jobs those submit).
     var firingWorkers = 0
+    /// When an alarm last fired, and whether alarms fire often (see
+    /// `keepAlarms`).
+    var lastAlarmFire: UInt64 = 0
+    var alarmsFrequent = false
     let baseThreads: Int
 
     private init() {
@@ -204,14 +208,18 @@ package final class WorkerPool: @unchecked Sendable {
                 spinning = true
                 spin.announce(now: monotonicNanoseconds())
                 let seen = submissions.load(ordering: .acquiring)
+                // (Frequent alarms wait for the keeper's wake-up, in batches.)
+                let watchAlarms = !alarmsFrequent
                 lock.unlock()
                 _ = spin.poll {
                     submissions.load(ordering: .acquiring) != seen
-                        || monotonicNanoseconds() >= earliestAlarm.load(ordering: .relaxed)
+                        || (watchAlarms && monotonicNanoseconds() >= earliestAlarm.load(ordering: .relaxed))
                 }
                 lock.lock()
                 spinning = false
-                if jobs.hasStartable || earliestAlarm.load(ordering: .relaxed) <= monotonicNanoseconds() { continue }
+                if jobs.hasStartable || (!alarmsFrequent && earliestAlarm.load(ordering: .relaxed) <= monotonicNanoseconds()) {
+                    continue
+                }
             }
             if !extra && !keeperWaiting && !spinning && earliestAlarm.load(ordering: .relaxed) != .max {
                 keepAlarms()
