@@ -137,8 +137,8 @@ public final class IOEngine: Sendable {
     public let queue: IOQueue
     /// The cap on read buffers held by reads in flight (`ReadBudget`).
     package let readBudget: ReadBudget
-    /// The engine's timers (timer sources, channel intervals, and, on
-    /// io_uring, `asyncAfter`): a heap and one alarm of the worker pool.
+    /// The engine's timers (timer sources, channel intervals, and, for the
+    /// shared engine, `asyncAfter`): a heap and one alarm of the worker pool.
     package let timers: EngineTimerService
     #if DEBUG
     /// Debug builds: faults tests inject into this engine's requests.
@@ -148,11 +148,11 @@ public final class IOEngine: Sendable {
     private static let _shared: IOEngine = {
         let engine = (try? IOEngine(configuration: Configuration()))
             ?? IOEngine(threadPoolBecause: "io_uring could not be set up")
-        // The shared engine's ring keeps the library's timers (asyncAfter,
-        // channel intervals): no timer thread. Only the shared engine's: it
-        // lives as long as the process, where another engine's service
-        // would stop firing when that engine is released.
-        if engine.backend == .ioUring { TimerServices.install(engine.timers) }
+        // The shared engine keeps the library's timers (asyncAfter, channel
+        // intervals): no timer thread. Only the shared engine's: it lives
+        // as long as the process, where another engine's service would
+        // stop firing when that engine is released.
+        TimerServices.install(engine.timers)
         if let reason = engine.fallbackReason, getenv("RINGIO_QUIET") == nil {
             let line = "RingIO: using the thread-pool backend: \(reason)\n"
             _ = Array(line.utf8).withUnsafeBytes { try? Syscall.write(2, from: $0) }
