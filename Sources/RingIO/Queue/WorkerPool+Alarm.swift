@@ -62,10 +62,13 @@ extension WorkerPool {
         } else if spinning || firingWorkers > 0 {
             // The polling worker sees `earliestAlarm`; a firing one looks
             // again when it is done.
-        } else if onWorker {
+        } else if onWorker && spin.allowed {
             // A handler re-arming its timer: this worker keeps the alarms
             // when its job ends (no wake-up for a sleeper); the watchdog
-            // covers a long job.
+            // covers a long job. Not on a busy machine (polling paused):
+            // there this worker may lose its CPU for a time slice or more
+            // before it sleeps as the keeper, and a sleeper woken now
+            // keeps the alarm instead.
             spawnWatchdog = needWatchdogLocked()
         } else if idle > 0 {
             lock.signal()  // a sleeper wakes and keeps the alarms
