@@ -17,9 +17,13 @@ import RingIOBase
 /// recent wake-up latency early and polls the clock up to the deadline. The
 /// keeper's timed sleeps have 1 µs of timer slack, not Linux's 50 µs.
 ///
-/// While no worker is idle to keep the alarms (every one runs a job), the
-/// pool's watchdog fires what is due, at most `keeperlessGraceNanoseconds`
-/// late: the handlers then wait for a worker in any case.
+/// A handler that re-arms its timer wakes nobody: its worker keeps the
+/// alarm when the handler returns (on a busy machine, where that worker may
+/// lose its CPU first, a sleeping worker is woken to keep it). While no
+/// worker is idle to keep the alarms (every one runs a job), the pool's
+/// watchdog fires what is due, `keeperlessGraceNanoseconds` after the
+/// deadline once it looks (it polls every `stallNanoseconds` while the pool
+/// is in use): the handlers then wait for a worker in any case.
 package final class PoolAlarm: @unchecked Sendable {
     // @unchecked: `deadline` is read and written only with the pool's lock
     // held; `fire` is immutable.

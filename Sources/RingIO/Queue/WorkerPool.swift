@@ -37,7 +37,9 @@ package enum PoolJob: Sendable {
 /// after the previous one starts without a thread wake-up (not while the
 /// machine is busy: see `IdleSpin`); a submit that finds the poller silent
 /// for `IdleSpin.stallNanoseconds` (preempted) wakes a sleeper instead of
-/// leaving the job to it. A blocked work item therefore
+/// leaving the job to it. One idle worker also keeps the timers' alarms
+/// (`PoolAlarm`): it sleeps until the earliest deadline and runs what fires
+/// itself. A blocked work item therefore
 /// delays other queues by a few milliseconds at most; it cannot starve them.
 package final class WorkerPool: @unchecked Sendable {
     // @unchecked: every stored `var` is read and written only with `lock` held.
