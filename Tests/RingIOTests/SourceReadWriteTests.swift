@@ -148,7 +148,14 @@ import RingIOTestSupport
     func aClosedFdIsARegistrationError(_ variant: SourceEngine) throws {
         let engine = try variant.make()
         let pipe = SourcePipe()
-        let fd = pipe.readFD
+        // A closed number far above the ones in use: fds are handed out
+        // lowest first, so another test's pipe or a new worker's eventfd
+        // cannot take it between the close and the registration (the
+        // pipe's own number was taken so once, under TSan, and the source
+        // registered on another test's fd).
+        let fd = fcntl(pipe.readFD, F_DUPFD_CLOEXEC, 4000)
+        #expect(fd >= 4000)
+        close(fd)
         pipe.closeReader()
         let log = SourceLog()
         let source = IOReadSource(fileDescriptor: FileDescriptor(rawValue: fd), queue: IOQueue(label: "r"), engine: engine)
