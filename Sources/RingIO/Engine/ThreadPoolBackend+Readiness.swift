@@ -34,7 +34,7 @@ final class ReadinessLoop: @unchecked Sendable {
     private var stopping = false
     private let wakeFD: Int32
     /// The loop thread's id, once it runs (signals are forwarded to it).
-    let threadID = PublishedThreadID()
+    let threadID = Atomic<Int32>(0)
 
     init() {
         wakeFD = (try? Syscall.eventfd(flags: Int32(EFD_CLOEXEC | EFD_NONBLOCK))) ?? -1
@@ -101,7 +101,7 @@ final class ReadinessLoop: @unchecked Sendable {
     }
 
     private func run() {
-        threadID.publish(cliburing_gettid())
+        threadID.store(cliburing_gettid(), ordering: .releasing)
         var fds: [pollfd] = []
         var requests: [IORequest] = []
         while true {
