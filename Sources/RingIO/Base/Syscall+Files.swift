@@ -71,6 +71,11 @@ extension Syscall {
         try withPath(path) { (p) throws(Errno) in try openat(AT_FDCWD, p, flags: flags, mode: mode) }
     }
 
+    /// `O_PATH`: a descriptor for the name only, through which nothing is
+    /// read or written, so no permission to read is needed (the constant
+    /// is hidden from Swift behind `_GNU_SOURCE`).
+    package static let pathOnly: CInt = 0o10000000
+
     /// Opens `path` only if every component of it is in the dentry cache
     /// (`RESOLVE_CACHED`, Linux 5.12): `EAGAIN` instead of a walk that might
     /// block; `ENOSYS` where the headers lack `openat2`.

@@ -81,10 +81,7 @@ package enum SmallFileBatch {
             run(items, from: sourceDirectory, to: destinationDirectory, settings: settings, cancelled: cancelled)
         }
         return await withTaskCancellationHandler {
-            if BlockingCalls.allowedHere || IOQueue.global.isCurrent { return work() }
-            return await withUnsafeContinuation { continuation in
-                IOQueue.global.async { continuation.resume(returning: work()) }
-            }
+            await BlockingCalls.run(work)
         } onCancel: {
             cancelled.set()
         }
@@ -101,8 +98,7 @@ package enum SmallFileBatch {
     /// so it needs no read permission).
     private static func openDirectory(_ path: FilePath) -> CInt? {
         try? Syscall.withPath(path) { (p) throws(Errno) in
-            // O_PATH is 0o10000000 (hidden from Swift behind _GNU_SOURCE).
-            try Syscall.openat(AT_FDCWD, p, flags: 0o10000000 | O_DIRECTORY | O_CLOEXEC)
+            try Syscall.openat(AT_FDCWD, p, flags: Syscall.pathOnly | O_DIRECTORY | O_CLOEXEC)
         }
     }
 

@@ -55,12 +55,7 @@ enum SmallFileCopy {
         let copy = BlockingCopy(paths: paths, permissions: permissions, createNew: createNew,
                                 request: request, preserve: preserve, sync: sync, readable: readable,
                                 sourceIsRegular: sourceIsRegular, modeMask: modeMask)
-        // Already on a thread that may block (a worker of `IOQueue.global`,
-        // where the hop would go anyway, or one that said so): here, no hop.
-        if BlockingCalls.allowedHere || IOQueue.global.isCurrent { return copy.run() }
-        return await withUnsafeContinuation { continuation in
-            IOQueue.global.async { continuation.resume(returning: copy.run()) }
-        }
+        return await BlockingCalls.run { copy.run() }
     }
 }
 
@@ -88,6 +83,17 @@ public enum BlockingCalls {
 
     /// Whether the calling thread is inside `allowed(_:)`.
     public static var allowedHere: Bool { marker.value != nil }
+
+    /// Runs `body`, whose system calls may block, here when this thread
+    /// may block (a worker of `IOQueue.global`, where the hop would go
+    /// anyway, or one inside `allowed`), else on a worker of
+    /// `IOQueue.global`: one hop there and one back.
+    package static func run<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+        if allowedHere || IOQueue.global.isCurrent { return body() }
+        return await withUnsafeContinuation { continuation in
+            IOQueue.global.async { continuation.resume(returning: body()) }
+        }
+    }
 
     /// Runs `body` with blocking calls allowed on this thread (nested
     /// calls are fine; the thread's previous state comes back after).

@@ -20,10 +20,7 @@ extension IO {
     /// here: io_uring would run them on its own io-wq workers, a hop there
     /// and one back (the `info` rows of Benchmarks/results/files.md).
     package static func blocking<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-        if BlockingCalls.allowedHere || IOQueue.global.isCurrent { return body() }
-        return await withUnsafeContinuation { continuation in
-            IOQueue.global.async { continuation.resume(returning: body()) }
-        }
+        await BlockingCalls.run(body)
     }
 
     /// What the file system knows about the file at `path`.
@@ -68,9 +65,7 @@ extension IO {
     /// `info(at:followingSymlinks:)` without waiting: `nil` unless `path`
     /// is all in the dentry cache and on a local file system.
     static func cachedInfo(at path: FilePath, followingSymlinks: Bool) -> FileInfo? {
-        // O_PATH (0o10000000, hidden from Swift behind _GNU_SOURCE): a descriptor
-        // for the name only, no permission to read needed.
-        let flags = 0o10000000 | O_CLOEXEC | (followingSymlinks ? 0 : O_NOFOLLOW)
+        let flags = Syscall.pathOnly | O_CLOEXEC | (followingSymlinks ? 0 : O_NOFOLLOW)
         guard let fd = try? Syscall.openCached(path, flags: flags) else { return nil }
         defer { Syscall.closeIgnoringErrors(fd) }
         guard let type = try? Syscall.fileSystemType(fd), !networkFileSystems.contains(type) else { return nil }

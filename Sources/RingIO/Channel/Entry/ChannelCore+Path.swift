@@ -95,8 +95,7 @@ extension ChannelCore {
     /// gives the answer and the error, as before.
     private func checkPathNow(_ spec: PathSpec) -> Bool {
         guard Self.cachedOpens.load(ordering: .relaxed) else { return false }
-        // O_PATH (0o10000000, hidden from Swift behind _GNU_SOURCE).
-        let flags = 0o10000000 | O_CLOEXEC | (spec.options.contains(.noFollow) ? O_NOFOLLOW : 0)
+        let flags = Syscall.pathOnly | O_CLOEXEC | (spec.options.contains(.noFollow) ? O_NOFOLLOW : 0)
         let fd: Int32
         do throws(Errno) { fd = try Syscall.openCached(spec.path, flags: flags) } catch {
             Self.noteCachedOpenFailure(error)
