@@ -401,7 +401,9 @@ private struct TreeCopy: Sendable {
         // Entries that are not directories go in batches of one directory's
         // entries, each a task (two or more at once: the cores), up to `width`
         // entries in all: one task and one pool hand-off for many small files.
-        let batchSize = max(1, min(Self.largestBatch, width / 2))
+        // An atomic copy copies one file at a time (its temporary and rename
+        // are its own): there, a task per entry, `width` at once.
+        let batchSize = options.atomically ? 1 : max(1, min(Self.largestBatch, width / 2))
         let tasks = max(1, width / batchSize)
         let result = await withTaskGroup(of: IOError?.self, returning: IOError?.self) { group in
             var running = 0
