@@ -194,6 +194,49 @@ struct WorkItemSemaphoreTests {
         #expect(semaphore.waiterCount == 0)
     }
 
+    @Test("one thread's waits move between semaphores: each takes exactly its own counts")
+    func waitsMoveBetweenSemaphores() {
+        // A thread reuses one waiter (and futex word) for all its blocking
+        // waits: a wait on one semaphore must not take, or lose, a count of
+        // another because a signaller of the last one still wakes the word.
+        let semaphores = [IOSemaphore(value: 0), IOSemaphore(value: 0)]
+        let signals = 2_000
+        let taken0 = Atomic<Int>(0), taken1 = Atomic<Int>(0)
+        func taken(_ s: Int) -> Int { s == 0 ? taken0.load(ordering: .relaxed) : taken1.load(ordering: .relaxed) }
+        let stop = Atomic<Bool>(false)
+        let finished = Latch(count: 3)
+        spawnThread(name: "mover") {
+            var timeout = 1, which = 0
+            while !stop.load(ordering: .acquiring) {
+                if semaphores[which].wait(timeout: .microseconds(timeout)) {
+                    if which == 0 { taken0.add(1, ordering: .relaxed) } else { taken1.add(1, ordering: .relaxed) }
+                }
+                which = 1 - which
+                timeout = timeout % 50 + 3
+            }
+            finished.signal()
+        }
+        for s in 0..<2 {
+            spawnThread(name: "signaller-\(s)") {
+                for i in 0..<signals {
+                    semaphores[s].signal()
+                    if i % 8 == 0 { sleepNanoseconds(10_000) }
+                }
+                finished.signal()
+            }
+        }
+        // Both signallers end, then the mover has taken what it can.
+        #expect(waitUntil(timeout: .seconds(300)) { taken(0) + taken(1) >= 2 * signals })
+        stop.store(true, ordering: .releasing)
+        #expect(finished.wait(timeout: .seconds(300)))
+        for s in 0..<2 {
+            var left = 0
+            while semaphores[s].wait(timeout: .zero) { left += 1 }
+            #expect(taken(s) + left == signals, "semaphore \(s): taken \(taken(s)) + left \(left) must be its \(signals) signals")
+            #expect(semaphores[s].waiterCount == 0)
+        }
+    }
+
     @Test("thread and task waiters share one FIFO")
     func fifoAcrossThreadsAndTasks() async throws {
         let semaphore = IOSemaphore(value: 0)

@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import RingIOBase
 import Synchronization
 
@@ -16,8 +21,9 @@ public final class IOSemaphore: Sendable {
     /// One waiter in the FIFO.
     private final class Waiter: @unchecked Sendable {
         // @unchecked: `granted`, `continuation`, `cancelled` and `ticket` are
-        // read and written with the semaphore's `lock` held; `word` is an
-        // atomic (its own allocation, never moved).
+        // read and written with the semaphore's `lock` held, or (`reset`) by
+        // a thread's own waiter between its waits, when no FIFO holds it;
+        // `word` is an atomic (its own allocation, never moved).
         /// The waiter got its count.
         var granted = false
         /// A task's continuation (nil for a thread).
@@ -57,7 +63,42 @@ public final class IOSemaphore: Sendable {
         var futexAddress: UnsafeMutablePointer<UInt32> {
             UnsafeMutableRawPointer(word!).assumingMemoryBound(to: UInt32.self)
         }
+
+        /// The calling thread's waiter, made on its first blocking wait and
+        /// reused by the next ones (a thread is in one blocking wait at a
+        /// time), so a wait that sleeps allocates nothing. When a wait
+        /// returns, no FIFO holds the waiter and no signaller stores to its
+        /// word again; a signaller may still be about to `futex_wake` it,
+        /// which the next wait sees as a spurious wake-up and sleeps again.
+        static func ofThisThread() -> Waiter {
+            if let raw = pthread_getspecific(IOSemaphore.threadKey) {
+                return Unmanaged<Waiter>.fromOpaque(raw).takeUnretainedValue()
+            }
+            let waiter = Waiter(thread: true)
+            // The slot holds one retain, released when the thread exits.
+            pthread_setspecific(IOSemaphore.threadKey, Unmanaged.passRetained(waiter).toOpaque())
+            return waiter
+        }
+
+        /// Readies the thread's waiter for its next wait. Its last wait ended
+        /// after the last write of anyone else (the signaller's release store
+        /// of `handedOver`, or the lock of the withdrawal).
+        func reset() {
+            granted = false
+            ticket = -1
+            word!.pointee.store(Waiter.queued, ordering: .relaxed)
+        }
     }
+
+    /// The slot of each thread's reused waiter (see `Waiter.ofThisThread`).
+    private static let threadKey: pthread_key_t = {
+        var key = pthread_key_t()
+        let rc = pthread_key_create(&key) { raw in
+            if let raw { Unmanaged<AnyObject>.fromOpaque(raw).release() }
+        }
+        precondition(rc == 0, "RingIO: pthread_key_create failed with \(rc)")
+        return key
+    }()
 
     /// The value less the waiters that took their one ahead (registered):
     /// above 0, that many `wait`s return at once; below 0, `-count` threads
@@ -159,9 +200,10 @@ public final class IOSemaphore: Sendable {
 
     private func wait(untilNanoseconds deadline: UInt64?) -> Bool {
         if count.wrappingSubtract(1, ordering: .acquiringAndReleasing).oldValue > 0 { return true }
-        // Allocated before the lock: a signaller that comes meanwhile does
-        // not wait on the mutex (and sleep on it) while this thread mallocs.
-        let waiter = Waiter(thread: true)
+        // Readied before the lock: a signaller that comes meanwhile does not
+        // wait on the mutex (and sleep on it) while this thread does it.
+        let waiter = Waiter.ofThisThread()
+        waiter.reset()
         lock.lock()
         if handedEarly > 0 {
             handedEarly -= 1
