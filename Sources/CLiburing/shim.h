@@ -138,6 +138,10 @@ static inline int cliburing_futex_wake(uint32_t *word, int count) {
 }
 /// The calling thread's kernel thread ID (equal to the process ID on the main thread).
 static inline int cliburing_gettid(void) { return (int)syscall(SYS_gettid); }
+/// The CPU the calling thread runs on now, or -1 (glibc reads it from the
+/// thread's rseq area, no system call, where the kernel registered one).
+extern int sched_getcpu(void);
+static inline int cliburing_current_cpu(void) { return sched_getcpu(); }
 
 /// openat2 with RESOLVE_CACHED: fails with EAGAIN instead of walking a path
 /// that is not all in the dentry cache (Linux 5.12); -1 with ENOSYS where

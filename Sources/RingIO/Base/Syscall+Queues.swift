@@ -28,6 +28,15 @@ extension Syscall {
     ///
     /// - Returns: `true` on the main thread.
     package static func isMainThread() -> Bool { gettid() == getpid() }
+
+    /// The CPU the calling thread runs on now (a hint: it may move at once),
+    /// or -1 when unknown (never fails; glibc reads it from the thread's
+    /// rseq area, with no system call, where the kernel registered one).
+    ///
+    /// The corresponding C function is `sched_getcpu`.
+    ///
+    /// - Returns: The CPU's number, or -1.
+    package static func currentCPU() -> Int { Int(cliburing_current_cpu()) }
 }
 
 extension Syscall {

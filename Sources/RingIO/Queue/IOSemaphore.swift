@@ -106,6 +106,17 @@ public final class IOSemaphore: Sendable {
     /// `wait` and `signal` change it with one atomic step each; they take
     /// `lock` only to hand a count from a signaller to a waiter.
     private let count: Atomic<Int>
+    /// The CPU of the last `signal` that handed a count to a waiter (-1:
+    /// none yet). A thread about to sleep polls its word for a moment only
+    /// when that signaller ran on another CPU (see `pollNanoseconds`).
+    private let signallerCPU = Atomic<Int>(-1)
+    /// How long a thread waiter polls its word before it sleeps, when the
+    /// last signaller ran on another CPU: a hand-off between two threads
+    /// that each keep a CPU then takes no wake-up (which, between idle
+    /// virtual CPUs, costs 20 µs and more). On the waiter's own CPU the
+    /// signaller could not run while it polls, so it sleeps at once (on a
+    /// loaded machine the two threads share one CPU; Benchmarks/results/queues.md).
+    private static let pollNanoseconds: UInt64 = 5_000
     private let lock = PlainLock()
     // Read and written only with `lock` held.
     private nonisolated(unsafe) var waiters = TicketQueue<Waiter>()
@@ -137,6 +148,7 @@ public final class IOSemaphore: Sendable {
     public func signal() -> Bool {
         // Nobody registered: the value rises, no lock, no system call.
         if count.wrappingAdd(1, ordering: .acquiringAndReleasing).oldValue >= 0 { return false }
+        signallerCPU.store(Syscall.currentCPU(), ordering: .relaxed)
         lock.lock()
         guard let waiter = waiters.popFirst() else {
             // The waiter registered and has not queued yet: it takes this.
@@ -219,12 +231,11 @@ public final class IOSemaphore: Sendable {
         // The word is the waiter's: keep it alive to the last look.
         return withExtendedLifetime(waiter) { () -> Bool in
             let word = waiter.word!
-            // No poll before the sleep, as Dispatch's semaphore: a poll pays
-            // only while the signaller keeps a core of its own, and on a
-            // loaded machine it takes the core the signaller needs
-            // (Benchmarks/results/queues.md, fourth pass: 0.41–0.75× Dispatch
-            // with a 20 µs poll, level without; an adaptive poll did not win
-            // beside busy threads either).
+            let signaller = signallerCPU.load(ordering: .relaxed)
+            if signaller >= 0, signaller != Syscall.currentCPU(), pollHandedOver(word) { return true }
+            // A poll on the waiter's own CPU would take the core the
+            // signaller needs (Benchmarks/results/queues.md, fourth pass:
+            // 0.41–0.75× Dispatch with a 20 µs poll on a loaded machine).
             // Announce the sleep; a signal that came first left `handedOver`.
             guard word.pointee.compareExchange(expected: Waiter.queued, desired: Waiter.asleep,
                                                ordering: .acquiringAndReleasing).exchanged else { return true }
@@ -257,6 +268,20 @@ public final class IOSemaphore: Sendable {
                     return true
                 }
             }
+        }
+    }
+
+    /// Polls a queued thread's word for up to `pollNanoseconds`: whether a
+    /// signal handed it over meanwhile (acquire: what the signaller did
+    /// before is visible). Stops early when the clock jumps (preempted).
+    private func pollHandedOver(_ word: UnsafeMutablePointer<Atomic<UInt32>>) -> Bool {
+        var now = monotonicNanoseconds()
+        let deadline = now &+ IOSemaphore.pollNanoseconds
+        while true {
+            for _ in 0..<64 where word.pointee.load(ordering: .acquiring) == Waiter.handedOver { return true }
+            let later = monotonicNanoseconds()
+            if later >= deadline || later &- now > IOSemaphore.pollNanoseconds { return false }
+            now = later
         }
     }
 
