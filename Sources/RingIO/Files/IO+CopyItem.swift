@@ -25,7 +25,8 @@ extension IO {
     /// at once), each copied on one worker of `IOQueue.global`, opened by
     /// its name relative to the two directories: one hand-off for the
     /// batch, not one per file (a file larger than `IO.smallFileLimit` is
-    /// then copied on its own). A directory already at a directory's destination is
+    /// then copied on its own). With `options.atomically`, each is written
+    /// under a temporary name in its directory and renamed onto its own. A directory already at a directory's destination is
     /// used, unless `options.exclusive`. A symlink the copy creates is never
     /// written through: each path is created once.
     ///
@@ -196,13 +197,11 @@ private struct TreeCopy: Sendable {
     /// directories, on one pool worker), a larger one by `copyFile`; the
     /// others one at a time.
     func copyFiles(_ jobs: [FileJob]) async throws(IOError) {
-        // An atomic copy makes its own temporary beside each file.
-        let batches = !options.atomically
         var regular: [FileJob] = []
         for job in jobs {
             guard await action(IO.CopyItemEntry(source: job.source, destination: job.destination, type: job.type,
                                                 isTop: false)) == .copy else { continue }
-            if batches && job.type == .regular, job.source.lastComponent != nil {
+            if job.type == .regular, job.source.lastComponent != nil {
                 regular.append(job)
                 continue
             }
@@ -401,9 +400,9 @@ private struct TreeCopy: Sendable {
         // Entries that are not directories go in batches of one directory's
         // entries, each a task (two or more at once: the cores), up to `width`
         // entries in all: one task and one pool hand-off for many small files.
-        // An atomic copy copies one file at a time (its temporary and rename
-        // are its own): there, a task per entry, `width` at once.
-        let batchSize = options.atomically ? 1 : max(1, min(Self.largestBatch, width / 2))
+        // With `atomically` too: each file's temporary is made and renamed
+        // in the batch, relative to the destination directory.
+        let batchSize = max(1, min(Self.largestBatch, width / 2))
         let tasks = max(1, width / batchSize)
         let result = await withTaskGroup(of: IOError?.self, returning: IOError?.self) { group in
             var running = 0
