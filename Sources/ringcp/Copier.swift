@@ -32,6 +32,21 @@ final class Copier: Sendable {
     /// progress bar.
     private let treeCopiesFiles: Bool
 
+    /// A directory this run made, keyed by its path with the hash computed
+    /// once, outside the state's lock (a path hashes byte by byte).
+    struct MadeDirectory: Hashable {
+        let path: FilePath
+        let hash: Int
+
+        init(_ path: FilePath) {
+            self.path = path
+            hash = path.hashValue
+        }
+
+        static func == (a: MadeDirectory, b: MadeDirectory) -> Bool { a.hash == b.hash && a.path == b.path }
+        func hash(into hasher: inout Hasher) { hasher.combine(hash) }
+    }
+
     struct State {
         var failed = false
         var stdoutFailed = false
@@ -43,7 +58,7 @@ final class Copier: Sendable {
         /// The first copy of each source with more than one name (--preserve=links).
         var copies: [FileIdentity: FirstCopy] = [:]
         /// The directories this run made (nothing was in them before).
-        var madeDirectories: Set<FilePath> = []
+        var madeDirectories: Set<MadeDirectory> = []
         /// Directories whose mode (and times, with -p) are set once their contents are in.
         var directories: [(path: FilePath, source: FileStatus, sourcePath: FilePath, mode: mode_t)] = []
     }
@@ -253,8 +268,15 @@ final class Copier: Sendable {
             return .skip
         }
         let follow = entry.isTop ? followingTop : settings.dereference == .always
-        let inNewDirectory = !entry.isTop
-            && state.withLock { $0.madeDirectories.contains(entry.destination.removingLastComponent()) }
+        // The parent's key (and its hash) made before the lock: every entry
+        // of a tree asks, from several tasks at once.
+        let inNewDirectory: Bool
+        if entry.isTop {
+            inNewDirectory = false
+        } else {
+            let parent = MadeDirectory(entry.destination.removingLastComponent())
+            inNewDirectory = state.withLock { $0.madeDirectories.contains(parent) }
+        }
         // Nothing is there, nothing to check: the library copies it (with the others of its directory).
         if inNewDirectory && entry.type == .regular && treeCopiesFiles { return .copy }
         let status: FileStatus
@@ -364,7 +386,7 @@ final class Copier: Sendable {
                 : (status.permissions & 0o777 & ~umask) | (inherited & S_ISGID)
             state.withLock {
                 $0.directories.append((destination, status, source, mode))
-                _ = $0.madeDirectories.insert(destination)
+                _ = $0.madeDirectories.insert(MadeDirectory(destination))
             }
         } else if !settings.preserve.isEmpty {
             state.withLock { $0.directories.append((destination, status, source, existing!.permissions)) }

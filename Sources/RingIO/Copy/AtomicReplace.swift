@@ -40,6 +40,14 @@ package struct AtomicReplace: Sendable, Hashable {
         self.noReplace = noReplace
     }
 
+    /// `temporary` (a name `IO.temporaryName(beside:tag:)` made, in
+    /// `destination`'s directory) to be renamed onto `destination`.
+    package init(replacing destination: FilePath, temporary: FilePath, noReplace: Bool = false) {
+        self.destination = destination
+        self.temporary = temporary
+        self.noReplace = noReplace
+    }
+
     /// Renames the temporary onto the destination, on the calling thread
     /// (one that may block: a pool worker).
     package func commit() throws(Errno) {
@@ -72,9 +80,14 @@ extension IO {
     /// - Returns: `nil` when `path` has no last component.
     public static func temporaryPath(beside path: FilePath) -> FilePath? {
         guard let name = path.lastComponent else { return nil }
-        let random = UInt64.random(in: 0 ... .max)
-        return path.removingLastComponent()
-            .appending(".\(name.string).ringio-\(Syscall.getpid())-\(String(random, radix: 36))")
+        return path.removingLastComponent().appending(temporaryName(beside: name, tag: .random(in: 0 ... .max)))
+    }
+
+    /// The temporary name `temporaryPath(beside:)` makes for a file named
+    /// `name`, with `tag` for its random part (a batch of files draws one
+    /// random number and adds each file's index to it).
+    package static func temporaryName(beside name: FilePath.Component, tag: UInt64) -> FilePath.Component {
+        FilePath.Component(".\(name.string).ringio-\(Syscall.getpid())-\(String(tag, radix: 36))")!
     }
 
     /// Removes the temporary files beside `path` that a process killed

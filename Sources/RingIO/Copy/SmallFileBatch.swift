@@ -19,8 +19,16 @@ import RingIOQueue
 ///  ───────────────────────────     ───────────
 ///  submit ─────────────────────▶  open both directories
 ///                                 per file: openat, fstat, openat (create), read, write, close, close
+///                                 [atomically: fstatat the name first; create a temporary; renameat it onto the name]
 ///  resumes ◀─────────────────────  one result per file
 /// ```
+///
+/// With `atomically`, each file is written under a temporary name in the
+/// destination directory (`IO.temporaryName(beside:tag:)`, created
+/// `O_EXCL`) and renamed onto its own name (`renameat2`, both relative to
+/// the directory; `RENAME_NOREPLACE` with `exclusive`); a failure removes
+/// the temporary, so nothing half-written is ever under a final name. No
+/// file is flushed (`CopyOptions.atomically` promises none).
 ///
 /// Each file is copied as `FileCopier` copies a small regular file in
 /// place (`SmallFileCopy`), with the same checks and errors. A file that is
@@ -53,8 +61,12 @@ package enum SmallFileBatch {
 
     /// How the files are created.
     package struct Settings: Sendable {
-        /// Fail with `EEXIST` where a file exists (else written in place).
+        /// Fail with `EEXIST` where a file exists (else written in place,
+        /// or replaced with `atomically`).
         package var exclusive = false
+        /// Each file written under a temporary name in the destination
+        /// directory, then renamed onto its own (`CopyOptions.atomically`).
+        package var atomically = false
         package var permissions: FilePermissions?
         package var modeMask: CModeT = 0o7777
         package var preserve: IO.CopyOptions.Preserved = []
@@ -62,6 +74,7 @@ package enum SmallFileBatch {
 
         package init(_ options: IO.CopyOptions) {
             exclusive = options.exclusive
+            atomically = options.atomically
             permissions = options.permissions
             modeMask = options.copiesSpecialModeBits ? 0o7777 : 0o777
             preserve = options.preserve
@@ -110,20 +123,41 @@ package enum SmallFileBatch {
         defer { Syscall.closeIgnoringErrors(into) }
         var results: [Result] = []
         results.reserveCapacity(items.count)
-        for item in items {
+        // Atomic: one random number for the batch, each file's temporary tagged with it plus its index.
+        let tag = settings.atomically ? UInt64.random(in: 0 ... .max) : 0
+        for (index, item) in items.enumerated() {
             if cancelled.isSet {
                 results.append(.failed(IOError(.openForReading, path: item.source, side: .source, errno: .canceled)))
                 continue
             }
-            var copy = BlockingCopy(paths: PathRequest.Paths(source: item.source, inPlace: item.destination),
-                                    permissions: settings.permissions, createNew: settings.exclusive,
+            let paths: PathRequest.Paths
+            var temporary: FilePath.Component? = nil
+            if settings.atomically {
+                let name = IO.temporaryName(beside: item.name, tag: tag &+ UInt64(index))
+                temporary = name
+                let replace = AtomicReplace(replacing: item.destination,
+                                            temporary: item.destination.removingLastComponent().appending(name),
+                                            noReplace: settings.exclusive)
+                paths = PathRequest.Paths(source: item.source, replacing: replace)
+            } else {
+                paths = PathRequest.Paths(source: item.source, inPlace: item.destination)
+            }
+            // The file written is created exclusively where it is new by
+            // design (a temporary) or by request (`exclusive`).
+            var copy = BlockingCopy(paths: paths, permissions: settings.permissions,
+                                    createNew: settings.exclusive || settings.atomically,
                                     request: CopyPlan.Request(reflink: settings.reflink),
                                     preserve: settings.preserve, sync: false, readable: false,
                                     sourceIsRegular: true, modeMask: settings.modeMask)
             copy.sourceAt = from
             copy.sourceName = .component(item.name)
             copy.targetAt = into
-            copy.targetName = .component(item.name)
+            if let temporary {
+                copy.targetName = .component(temporary)
+                copy.destinationName = .component(item.name)
+            } else {
+                copy.targetName = .component(item.name)
+            }
             switch copy.run() {
             case .copied(let bytes):
                 results.append(.copied(bytes))
@@ -131,14 +165,11 @@ package enum SmallFileBatch {
                 results.append(.failed(error))
             case .notSmall(let pair):
                 // Left for the general path as it was found: a file this
-                // batch created goes again (the general path creates it).
+                // batch created (a temporary, or the new file in place)
+                // goes again (the general path creates it).
                 Syscall.closeIgnoringErrors(pair.input)
                 Syscall.closeIgnoringErrors(pair.output)
-                if pair.created {
-                    _ = try? item.name.withPlatformString { p in
-                        Swift.Result { () throws(Errno) in try Syscall.unlinkat(into, p) }
-                    }.get()
-                }
+                if pair.created { copy.removeTarget() }
                 results.append(.general)
             case .changed, nil:
                 results.append(.general)

@@ -123,9 +123,14 @@ struct BlockingCopy: Sendable {
     /// only shown in errors.
     var sourceAt: CInt = AT_FDCWD
     var sourceName: Name
-    /// The same for the target (in place only: an atomic copy's target is `paths.target`).
+    /// The same for the target: the file written (in place, the
+    /// destination; with `paths.atomic`, the temporary).
     var targetAt: CInt = AT_FDCWD
     var targetName: Name
+    /// With `paths.atomic` and a `targetAt`: the destination's name in that
+    /// directory, which the temporary `targetName` is renamed onto (nil:
+    /// `paths.atomic`'s own paths are stat'ed and renamed).
+    var destinationName: Name?
 
     /// What a file is opened by: a path, or one name (the last component
     /// of a path, read where it is: no copy, no parsing).
@@ -173,7 +178,8 @@ struct BlockingCopy: Sendable {
 
     private func statTarget() throws(Errno) -> Stat { try Self.stat(targetName, at: targetAt) }
 
-    private func removeTarget() {
+    /// Removes the target (this copy's own new file: the temporary, or a file it created in place).
+    func removeTarget() {
         if targetAt == AT_FDCWD, case .path(let path) = targetName { return _ = try? Syscall.unlink(path) }
         _ = try? targetName.with { (p) throws(Errno) in try Syscall.unlinkat(targetAt, p) }
     }
@@ -220,8 +226,12 @@ struct BlockingCopy: Sendable {
         // place, the exclusive create below says whether anything is there
         // (EEXIST), and only then is it looked at: a new file costs no stat.
         var existing: Stat? = nil
-        if paths.atomic != nil {
-            existing = try? Syscall.stat(paths.destination ?? paths.target)
+        if let atomic = paths.atomic {
+            if let destinationName {
+                existing = try? Self.stat(destinationName, at: targetAt)
+            } else {
+                existing = try? Syscall.stat(atomic.destination)
+            }
             if let existing, existing.type != .regular { return nil }
         }
         let input: Int32
@@ -312,6 +322,18 @@ struct BlockingCopy: Sendable {
         return copy(input, output, size: size, source: sourceStatus, removingOnFailure: created)
     }
 
+    /// The temporary renamed onto the destination: by their names in
+    /// `targetAt` where the copy has them, else by `atomic`'s paths.
+    private func commit(_ atomic: AtomicReplace) throws(Errno) {
+        guard let destinationName else { return try atomic.commit() }
+        let flags = atomic.noReplace ? UInt32(RENAME_NOREPLACE) : 0
+        try targetName.with { (temporary) throws(Errno) in
+            try destinationName.with { (final) throws(Errno) in
+                try Syscall.renameat2(targetAt, temporary, targetAt, final, flags: flags)
+            }
+        }
+    }
+
     private var sameFileError: SmallFileCopy.Outcome {
         .failed(IOError(.copyOntoSource, path: shown, side: .destination, errno: .invalidArgument))
     }
@@ -373,7 +395,7 @@ struct BlockingCopy: Sendable {
         open.output = false
         do throws(Errno) { try Syscall.close(output) } catch { return fail(destinationError(.close, error)) }
         if let atomic = paths.atomic {
-            do throws(Errno) { try atomic.commit() } catch {
+            do throws(Errno) { try commit(atomic) } catch {
                 return fail(destinationError(.rename, error))
             }
         }
