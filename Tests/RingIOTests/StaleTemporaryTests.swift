@@ -54,6 +54,32 @@ struct StaleTemporaryTests {
         #expect(IO.removeStaleTemporaries(beside: FilePath(target)) == 0)
     }
 
+    @Test("a file whose name is 255 bytes long is written and copied atomically (its temporary's name fits too)",
+          arguments: allBackends)
+    func longestNameGetsATemporaryThatFits(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        // 255 bytes, the most a name may have (NAME_MAX): 84 three-byte
+        // characters and three ASCII ones.
+        let name = String(repeating: "\u{20AC}", count: 84) + "abc"
+        #expect(name.utf8.count == 255)
+        let target = FilePath(dir.path).appending(name)
+        try await IO.writeFile(DataChunk(Array("first".utf8)), to: target, engine: engine)
+        try await IO.writeFile(DataChunk(Array("second".utf8)), to: target, engine: engine)
+        #expect(try readFile(target.string) == Array("second".utf8))
+        let temporary = try #require(IO.temporaryPath(beside: target))
+        #expect(temporary.lastComponent!.string.utf8.count <= 255)
+        // A tree copy with atomically: the batch's temporaries fit as well.
+        let tree = FilePath(dir.path).appending("tree")
+        #expect(mkdir(tree.string, 0o755) == 0)
+        try writeFile(tree.appending(name).string, Array("leaf".utf8))
+        let copy = FilePath(dir.path).appending("copy")
+        try await IO.copyItem(from: tree, to: copy, options: IO.CopyOptions(atomically: true))
+        #expect(try readFile(copy.appending(name).string) == Array("leaf".utf8))
+        #expect(try FileManagerless.list(copy.string) == [name])
+        #expect(IO.removeStaleTemporaries(beside: target) == 0)
+    }
+
     @Test("writeFile lists a directory for stale temporaries once per process, not once per write", arguments: allBackends)
     func oneScanPerDirectory(backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)

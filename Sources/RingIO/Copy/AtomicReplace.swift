@@ -87,7 +87,26 @@ extension IO {
     /// `name`, with `tag` for its random part (a batch of files draws one
     /// random number and adds each file's index to it).
     package static func temporaryName(beside name: FilePath.Component, tag: UInt64) -> FilePath.Component {
-        FilePath.Component(".\(name.string).ringio-\(Syscall.getpid())-\(String(tag, radix: 36))")!
+        FilePath.Component("\(temporaryPrefix(beside: name))\(Syscall.getpid())-\(String(tag, radix: 36))")!
+    }
+
+    /// `.name.ringio-`, the part of a temporary's name before its PID. A
+    /// name too long to leave room for the rest within NAME_MAX (255 bytes)
+    /// is cut, at a whole Unicode scalar, to 225 bytes: 9 for the dots and
+    /// `ringio-`, 21 for the longest PID (7 digits), a dash and a 64-bit tag
+    /// in base 36 (13 digits).
+    package static func temporaryPrefix(beside name: FilePath.Component) -> String {
+        let full = name.string
+        guard full.utf8.count > 225 else { return ".\(full).ringio-" }
+        var kept = String.UnicodeScalarView()
+        var bytes = 0
+        for scalar in full.unicodeScalars {
+            let width = UTF8.width(scalar)
+            if bytes + width > 225 { break }
+            kept.append(scalar)
+            bytes += width
+        }
+        return ".\(String(kept)).ringio-"
     }
 
     /// Removes the temporary files beside `path` that a process killed
@@ -124,7 +143,7 @@ extension IO {
         }
         guard let name = path.lastComponent else { return 0 }
         let directory = path.removingLastComponent()
-        let prefix = ".\(name.string).ringio-"
+        let prefix = temporaryPrefix(beside: name)
         guard let names = try? Syscall.directoryEntries(directory.isEmpty ? "." : directory) else { return 0 }
         var stale: [String] = []
         for entryName in names {
