@@ -57,10 +57,6 @@ extension ChannelCore {
         _ = releaseIfIdle()
     }
 
-    /// `openat2` with `RESOLVE_CACHED` works here (cleared once it fails
-    /// with `ENOSYS`, `EINVAL` or `EPERM`: an old kernel, a seccomp filter).
-    private static let cachedOpens = Atomic<Bool>(true)
-
     /// The check of a path channel's path: on this thread where it cannot
     /// block (`checkPathNow`), else in the background (statx through the
     /// engine; with `.create` and no file, its directory).
@@ -94,13 +90,9 @@ extension ChannelCore {
     /// answer (a name not cached, any error): the background check then
     /// gives the answer and the error, as before.
     private func checkPathNow(_ spec: PathSpec) -> Bool {
-        guard Self.cachedOpens.load(ordering: .relaxed) else { return false }
+        guard CachedOpens.available else { return false }
         let flags = Syscall.pathOnly | O_CLOEXEC | (spec.options.contains(.noFollow) ? O_NOFOLLOW : 0)
-        let fd: Int32
-        do throws(Errno) { fd = try Syscall.openCached(spec.path, flags: flags) } catch {
-            Self.noteCachedOpenFailure(error)
-            return false
-        }
+        guard let fd = try? CachedOpens.open(spec.path, flags: flags) else { return false }
         let described = describe(fd: fd)
         Syscall.closeIgnoringErrors(fd)
         guard case .success(let (fileKind, _)) = described else { return false }
@@ -110,14 +102,6 @@ extension ChannelCore {
             pathChecked(regular: fileKind == .regular)
         }
         return true
-    }
-
-    /// An `openat2` that failed for want of kernel support turns the
-    /// cached opens off for good.
-    private static func noteCachedOpenFailure(_ error: Errno) {
-        if error == .noFunction || error == .invalidArgument || error == .notPermitted {
-            cachedOpens.store(false, ordering: .relaxed)
-        }
     }
 
     private func pathChecked(regular: Bool) {
@@ -134,7 +118,7 @@ extension ChannelCore {
     /// `RESOLVE_CACHED` refuses, and which may write), not in direct-I/O
     /// mode. Called with the lock held.
     func mayOpenNowLocked() -> Bool {
-        guard let spec = pathSpec, settings.directIO == .off, Self.cachedOpens.load(ordering: .relaxed) else {
+        guard let spec = pathSpec, settings.directIO == .off, CachedOpens.available else {
             return false
         }
         switch lifecycle.target {
@@ -157,11 +141,7 @@ extension ChannelCore {
         guard let spec = pathSpec else { return }
         let (reopen, identity) = lock.withLock { (lifecycle.reopening, openedIdentity) }
         let flags = reopen == nil ? spec.openFlags : spec.reopenFlags
-        let fd: Int32
-        do throws(Errno) { fd = try Syscall.openCached(spec.path, flags: flags | O_NONBLOCK) } catch {
-            Self.noteCachedOpenFailure(error)
-            return openPath()
-        }
+        guard let fd = try? CachedOpens.open(spec.path, flags: flags | O_NONBLOCK) else { return openPath() }
         guard case .success(let (fileKind, found)) = describe(fd: fd), fileKind == .regular,
               flags & O_NONBLOCK != 0 || (try? Syscall.fcntl(fd, F_SETFL, flags)) != nil else {
             Syscall.closeIgnoringErrors(fd)
