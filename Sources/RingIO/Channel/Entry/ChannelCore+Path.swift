@@ -122,6 +122,7 @@ extension ChannelCore {
             return false
         }
         switch lifecycle.target {
+        case .unopened(.unchecked): return true
         case .unopened(.checked): return checkedRegular && spec.openFlags & (O_CREAT | O_TRUNC) == 0
         case .unopened(.released): return true
         default: return false
@@ -139,16 +140,62 @@ extension ChannelCore {
     /// queued operation would, which gives the errors.
     func openPathNow() {
         guard let spec = pathSpec else { return }
-        let (reopen, identity) = lock.withLock { (lifecycle.reopening, openedIdentity) }
+        let (reopen, identity, unchecked) = lock.withLock {
+            (lifecycle.reopening, openedIdentity, lifecycle.target.isOpeningUnchecked)
+        }
         let flags = reopen == nil ? spec.openFlags : spec.reopenFlags
-        guard let fd = try? CachedOpens.open(spec.path, flags: flags | O_NONBLOCK) else { return openPath() }
-        guard case .success(let (fileKind, found)) = describe(fd: fd), fileKind == .regular,
+        guard let fd = try? CachedOpens.open(spec.path, flags: flags | O_NONBLOCK) else {
+            return unchecked ? checkInstead(holding: nil) : openPath()
+        }
+        let described = describe(fd: fd)
+        guard case .success(let (fileKind, found)) = described, fileKind == .regular,
               flags & O_NONBLOCK != 0 || (try? Syscall.fcntl(fd, F_SETFL, flags)) != nil else {
+            if unchecked, case .success(let (fileKind, _)) = described, fileKind != .regular,
+               fileKind != .directory {
+                // A FIFO or a device: its other end must not see it close
+                // before the channel's own open.
+                return checkInstead(holding: fd)
+            }
             Syscall.closeIgnoringErrors(fd)
-            return openPath()
+            return unchecked ? checkInstead(holding: nil) : openPath()
         }
         openSucceeded(fd: fd, flags: flags, fileKind: fileKind, found: found, reopen: reopen, identity: identity,
                       retried: false)
+    }
+
+    /// The open on this thread of an unchecked path could not answer: the
+    /// path is checked as it would have been at creation, which gives the
+    /// answer or the error; `fd` (not a regular file) is kept until the
+    /// channel's own open replaces it.
+    private func checkInstead(holding fd: Int32?) {
+        let (check, cleanupNow) = lock.withLock { () -> (Bool, Bool) in
+            heldDescriptor = fd
+            return lifecycle.checkInstead()
+        }
+        if cleanupNow {
+            if let held = lock.withLock({ takeHeldLocked() }) { Syscall.closeIgnoringErrors(held) }
+            runCleanup(nil)
+        }
+        if check { checkPath() }
+    }
+
+    /// Takes the held descriptor (the caller closes it once the lock is released).
+    func takeHeldLocked() -> Int32? {
+        defer { heldDescriptor = nil }
+        return heldDescriptor
+    }
+
+    /// A path channel whose first open may be made on a reader's thread
+    /// (`openPathNow`), which is then its check too: read-only, neither
+    /// creating nor truncating, where cached opens work. It starts
+    /// unchecked; `UncheckedPaths` checks it if no use comes at once.
+    static func mayOpenBeforeCheck(_ spec: PathSpec) -> Bool {
+        CachedOpens.available && spec.mode == .readOnly && spec.openFlags & (O_CREAT | O_TRUNC) == 0
+    }
+
+    /// The sweep found the channel still unchecked: checks it now.
+    func checkIfUnchecked() {
+        if lock.withLock({ lifecycle.beginCheck() }) { checkPath() }
     }
 
     /// Opens the path (the first time, or again after the channel let go
@@ -233,17 +280,20 @@ extension ChannelCore {
         let holds = !lifecycle.isClosed && entry.kind == .regular
         let work = PathDescriptors.shared.opened(holder: holds ? self : nil, retried: retried,
                                                  closing: actions.handOffCleanup)
+        let held = takeHeldLocked()
         lock.unlock()
+        if let held { Syscall.closeIgnoringErrors(held) }
         PathDescriptors.shared.perform(work)
         entry.start(ready)
         if actions.handOffCleanup { entry.channelClosed(cleanup: .init(queue: queue, handler: cleanup)) }
     }
 
     private func pathFailed(_ error: Errno, detail: String? = nil) {
-        let actions = lock.withLock { () -> Lifecycle.FailedActions in
+        let (actions, held) = lock.withLock { () -> (Lifecycle.FailedActions, Int32?) in
             if let detail { reopenDetail = detail }
-            return lifecycle.pathFailed(error)
+            return (lifecycle.pathFailed(error), takeHeldLocked())
         }
+        if let held { Syscall.closeIgnoringErrors(held) }
         for item in actions.pending {
             switch item {
             case .operation(let op): op.finishWithoutIO(error)
@@ -276,5 +326,35 @@ enum Probe {
                                 owner: memory, mayBlock: true) { res in
             completion(res < 0 ? .failure(Errno(rawValue: -res)) : .success(res))
         })
+    }
+}
+
+/// The path channels made unchecked (`ChannelCore.mayOpenBeforeCheck`)
+/// whose first use may not come at once: a millisecond after the first of
+/// them, one sweep checks every one still unchecked, so that a channel on a
+/// missing path that nobody uses still fails (and runs its cleanup handler)
+/// as one checked at creation does. A channel whose first read came first
+/// is skipped. One timer per millisecond at most, whatever the number of
+/// channels made.
+enum UncheckedPaths {
+    private static let waiting = Locked<[ChannelCore]>([])
+    private static let scheduled = Atomic<Bool>(false)
+
+    static func add(_ core: ChannelCore) {
+        waiting.withLock { $0.append(core) }
+        if !scheduled.exchange(true, ordering: .acquiringAndReleasing) {
+            IOQueue.global.asyncAfter(deadline: .now + .milliseconds(1)) { sweep() }
+        }
+    }
+
+    private static func sweep() {
+        // Cleared before the list is taken: a channel added after this
+        // sweep's take finds it cleared and schedules the next one.
+        scheduled.store(false, ordering: .releasing)
+        let cores = waiting.withLock { list -> [ChannelCore] in
+            defer { list = [] }
+            return list
+        }
+        for core in cores { core.checkIfUnchecked() }
     }
 }
