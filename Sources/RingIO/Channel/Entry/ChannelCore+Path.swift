@@ -330,31 +330,48 @@ enum Probe {
 }
 
 /// The path channels made unchecked (`ChannelCore.mayOpenBeforeCheck`)
-/// whose first use may not come at once: a millisecond after the first of
-/// them, one sweep checks every one still unchecked, so that a channel on a
-/// missing path that nobody uses still fails (and runs its cleanup handler)
-/// as one checked at creation does. A channel whose first read came first
-/// is skipped. One timer per millisecond at most, whatever the number of
-/// channels made.
+/// whose first use may not come at once: a sweep checks every one that is
+/// still unchecked a millisecond after it was made, so that a channel on a
+/// missing path that nobody uses still fails (and runs its cleanup
+/// handler) as one checked at creation does. A channel whose first read
+/// came first is skipped. One timer per millisecond at most, whatever the
+/// number of channels made.
 enum UncheckedPaths {
-    private static let waiting = Locked<[ChannelCore]>([])
-    private static let scheduled = Atomic<Bool>(false)
+    private struct State {
+        /// The channels not yet swept, with when each was made (oldest first).
+        var waiting: [(core: ChannelCore, made: UInt64)] = []
+        var sweepScheduled = false
+    }
+
+    private static let state = Locked(State())
+    private static let age: UInt64 = 1_000_000
 
     static func add(_ core: ChannelCore) {
-        waiting.withLock { $0.append(core) }
-        if !scheduled.exchange(true, ordering: .acquiringAndReleasing) {
-            IOQueue.global.asyncAfter(deadline: .now + .milliseconds(1)) { sweep() }
+        let made = monotonicNanoseconds()
+        let schedule = state.withLock { s -> Bool in
+            s.waiting.append((core, made))
+            if s.sweepScheduled { return false }
+            s.sweepScheduled = true
+            return true
         }
+        if schedule { scheduleSweep() }
+    }
+
+    private static func scheduleSweep() {
+        IOQueue.global.asyncAfter(deadline: .now + .nanoseconds(Int64(age))) { sweep() }
     }
 
     private static func sweep() {
-        // Cleared before the list is taken: a channel added after this
-        // sweep's take finds it cleared and schedules the next one.
-        scheduled.store(false, ordering: .releasing)
-        let cores = waiting.withLock { list -> [ChannelCore] in
-            defer { list = [] }
-            return list
+        let now = monotonicNanoseconds()
+        let (due, again) = state.withLock { s -> ([ChannelCore], Bool) in
+            // (Made in order: the old ones are a prefix.)
+            let young = s.waiting.firstIndex { now &- $0.made < age } ?? s.waiting.count
+            let due = s.waiting[..<young].map(\.core)
+            s.waiting.removeFirst(young)
+            s.sweepScheduled = !s.waiting.isEmpty
+            return (due, s.sweepScheduled)
         }
-        for core in cores { core.checkIfUnchecked() }
+        if again { scheduleSweep() }
+        for core in due { core.checkIfUnchecked() }
     }
 }
