@@ -457,6 +457,102 @@ struct ChannelLifecycleTests {
         #expect(replaced.lifecycle.failure == .staleNFSFileHandle)
     }
 
+    // MARK: - unchecked path channels (the first read's open is the check)
+
+    @Test("unchecked: a read on the caller's thread opens it there; what arrives meanwhile waits; the open is the check")
+    func uncheckedOpenedByRead() {
+        var shell = Shell(.unopened(.unchecked))
+        let r1 = shell.lifecycle.beginOpenNow()
+        #expect(r1)
+        #expect(shell.lifecycle.target.isOpeningUnchecked)
+        let op = shell.submit()
+        #expect(shell.opens == 0, "the open under way serves it")
+        shell.opened()
+        #expect(shell.enqueued.map(ObjectIdentifier.init) == [ObjectIdentifier(op)])
+        #expect(shell.lifecycle.currentEntry != nil)
+        let r2 = shell.lifecycle.beginCheck()
+        #expect(!r2, "nothing left to check")
+    }
+
+    @Test("unchecked: an open there that cannot answer checks instead; what waits is opened after the check, or fails with its error")
+    func uncheckedFallsBackToCheck() {
+        var shell = Shell(.unopened(.unchecked))
+        let r3 = shell.lifecycle.beginOpenNow()
+        #expect(r3)
+        let op = shell.submit()
+        let r4 = shell.lifecycle.checkInstead()
+        #expect(r4 == (check: true, cleanupNow: false))
+        #expect(!shell.lifecycle.opensNoMore)
+        shell.checked()
+        #expect(shell.opens == 1, "the waiting operation opens the checked path")
+        shell.opened()
+        #expect(shell.enqueued.map(ObjectIdentifier.init) == [ObjectIdentifier(op)])
+
+        var missing = Shell(.unopened(.unchecked))
+        let r5 = missing.lifecycle.beginOpenNow()
+        #expect(r5)
+        let r6 = missing.lifecycle.checkInstead()
+        #expect(r6 == (check: true, cleanupNow: false))
+        #expect(missing.lifecycle.opensNoMore, "nothing waits yet: the read is submitted after")
+        _ = missing.submit()
+        missing.failed(.noSuchFileOrDirectory)
+        #expect(missing.withoutIOErrors == [.noSuchFileOrDirectory])
+        #expect(missing.cleanups == ["\(Errno.noSuchFileOrDirectory)"])
+
+        // Closed while the open ran, nothing waiting: no check, cleanup(nil) once.
+        var closed = Shell(.unopened(.unchecked))
+        let r7 = closed.lifecycle.beginOpenNow()
+        #expect(r7)
+        closed.close()
+        #expect(closed.cleanups.isEmpty, "the open under way: cleanup waits for it")
+        let r8 = closed.lifecycle.checkInstead()
+        #expect(r8 == (check: false, cleanupNow: true))
+    }
+
+    @Test("unchecked: any other first use, or the sweep, checks it first; closed unused: cleanup(nil) at once, no check")
+    func uncheckedOtherUses() {
+        var write = Shell(.unopened(.unchecked))
+        _ = write.submit()
+        if case .unopened(.checking) = write.lifecycle.target {} else { Issue.record("\(write.lifecycle.target)") }
+        #expect(write.opens == 0)
+        write.checked()
+        #expect(write.opens == 1)
+
+        var barrier = Shell(.unopened(.unchecked))
+        barrier.barrier()
+        if case .unopened(.checking) = barrier.lifecycle.target {} else { Issue.record("\(barrier.lifecycle.target)") }
+
+        var empty = Shell(.unopened(.unchecked))
+        _ = empty.submit(length: 0)
+        #expect(empty.lifecycle.target.isUnchecked, "an empty range opens nothing")
+
+        var swept = Shell(.unopened(.unchecked))
+        let r9 = swept.lifecycle.beginCheck()
+        #expect(r9)
+        let r10 = swept.lifecycle.beginCheck()
+        #expect(!r10, "once")
+        let r11 = swept.lifecycle.beginOpenNow()
+        #expect(!r11, "being checked: not opened on a reader's thread")
+        swept.checked()
+        let r12 = swept.lifecycle.beginOpenNow()
+        #expect(swept.opens == 0 && r12, "checked, then opened by the first read")
+
+        var unused = Shell(.unopened(.unchecked))
+        unused.close()
+        #expect(unused.cleanups == ["nil"])
+        let r13 = unused.lifecycle.beginCheck()
+        let r14 = unused.lifecycle.beginOpenNow()
+        #expect(!r13 && !r14)
+    }
+
+    @Test("checkInstead when not opening unchecked stops the process")
+    func checkInsteadWhenNotOpening() async {
+        await #expect(processExitsWith: .failure) {
+            var lifecycle = Lifecycle(.unopened(.checked))
+            _ = lifecycle.checkInstead()
+        }
+    }
+
     // MARK: - events that cannot happen stop the process
 
     @Test("an open completing for a channel that was not opening stops the process")

@@ -7,6 +7,7 @@
 //   append-queued  the records queued with handlers on .append, then on .truncate
 //   copy-handler   the README's handler copy (read handler → target.write)  vs a plain 1 MiB loop (+RSS)
 //   paths          path channels, one 4 KiB read each, then close            vs open/pread/close
+//                  (closed from its handler; and awaited from a task)
 //
 // Options: --size-mib N (the cached file, default 1024), --busy N, --rounds N
 // (median printed), --dir D, --only a,b. Rates are per second; "+RSS" is
@@ -132,6 +133,8 @@ enum NaturalBench {
             if wants(s, "paths") {
                 let (r1, m1) = try measuringRSS { try pathChannels(source, size: size, count: s.paths) }
                 results.add("paths/ringio (files/s)", r1, rssMiB: m1)
+                let (r3, m3) = try measuringRSS { try pathChannelsAwait(source, size: size, count: s.paths) }
+                results.add("paths/ringio await (files/s)", r3, rssMiB: m3)
                 results.add("paths/open-pread-close (files/s)", openPreadClose(source, size: size, count: s.paths))
             }
             for name in ["log1", "log2", "log3", "log4", "log5"] { unlink("\(dir)/\(name)") }
@@ -402,6 +405,29 @@ enum NaturalBench {
         }
         try done.wait("paths", timeout: 300)
         return Double(count) / seconds(since: start)
+    }
+
+    /// The same with `try await channel.read(...)` from a plain task, then `close()`.
+    static func pathChannelsAwait(_ path: String, size: Int, count: Int) throws -> Double {
+        let done = Completion()
+        let rate = Mutex<Double>(0)
+        Task {
+            do {
+                let start = now()
+                for i in 0..<count {
+                    let channel = try IOChannel(kind: .random, path: FilePath(path), mode: .readOnly, queue: .global)
+                    let d = try await channel.read(offset: offset(i, size: size), length: 4096)
+                    if d.count != 4096 { throw BenchError("short read \(d.count)") }
+                    channel.close()
+                }
+                rate.withLock { $0 = Double(count) / seconds(since: start) }
+                done.finish()
+            } catch {
+                done.finish("\(error)")
+            }
+        }
+        try done.wait("paths-await", timeout: 300)
+        return rate.withLock { $0 }
     }
 
     static func openPreadClose(_ path: String, size: Int, count: Int) -> Double {

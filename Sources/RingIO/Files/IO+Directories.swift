@@ -66,7 +66,7 @@ extension IO {
     /// is all in the dentry cache and on a local file system.
     static func cachedInfo(at path: FilePath, followingSymlinks: Bool) -> FileInfo? {
         let flags = Syscall.pathOnly | O_CLOEXEC | (followingSymlinks ? 0 : O_NOFOLLOW)
-        guard let fd = try? Syscall.openCached(path, flags: flags) else { return nil }
+        guard CachedOpens.available, let fd = try? CachedOpens.open(path, flags: flags) else { return nil }
         defer { Syscall.closeIgnoringErrors(fd) }
         guard let type = try? Syscall.fileSystemType(fd), !networkFileSystems.contains(type) else { return nil }
         var status = cliburing_statx_t()

@@ -69,7 +69,8 @@ enum SmallFileRead {
         case none
     }
 
-    /// Cleared when the kernel lacks `openat2`'s `RESOLVE_CACHED` or `RWF_NOWAIT`.
+    /// Cleared when the kernel lacks `RWF_NOWAIT` (`CachedOpens` says whether
+    /// `openat2`'s `RESOLVE_CACHED` works).
     private static let inlineSupported = Atomic<Bool>(true)
 
     /// The whole file read on the calling thread where that cannot block: the
@@ -87,14 +88,8 @@ enum SmallFileRead {
     /// `readWithoutBlocking`, or with `keepOpen` the open fd of a regular
     /// file of 1 ... `limit` bytes whose bytes are not all cached.
     static func attemptInline(_ path: FilePath, maximumSize: Int, keepOpen: Bool) -> Inline {
-        guard inlineSupported.load(ordering: .relaxed) else { return .none }
-        let fd: Int32
-        do throws(Errno) { fd = try Syscall.openCached(path, flags: O_RDONLY | O_CLOEXEC | O_NONBLOCK) } catch {
-            if error == .noFunction || error == .invalidArgument || error == .notPermitted {
-                inlineSupported.store(false, ordering: .relaxed)
-            }
-            return .none
-        }
+        guard CachedOpens.available, inlineSupported.load(ordering: .relaxed) else { return .none }
+        guard let fd = try? CachedOpens.open(path, flags: O_RDONLY | O_CLOEXEC | O_NONBLOCK) else { return .none }
         guard let st = try? Syscall.fstat(fd), st.type == .regular, st.size > 0, st.size <= limit,
               Int(st.size) <= maximumSize else {
             Syscall.closeIgnoringErrors(fd)

@@ -74,7 +74,8 @@ public final class IOChannel: Sendable {
     /// A relative `path` is resolved against the current directory now: a
     /// later `chdir` does not change which file the channel names. The path
     /// is checked at once, asynchronously (with `.create` and no file: its
-    /// directory); a check or open error (`ENOENT`, `EACCES`, `EISDIR`,
+    /// directory; a read-only channel's first read, when it comes within a
+    /// millisecond, checks it by opening it); a check or open error (`ENOENT`, `EACCES`, `EISDIR`,
     /// ...) goes to `cleanup` and to every operation as an `Errno`, and
     /// ``openError`` then holds it with the path and the operation.
     ///

@@ -57,10 +57,6 @@ extension ChannelCore {
         _ = releaseIfIdle()
     }
 
-    /// `openat2` with `RESOLVE_CACHED` works here (cleared once it fails
-    /// with `ENOSYS`, `EINVAL` or `EPERM`: an old kernel, a seccomp filter).
-    private static let cachedOpens = Atomic<Bool>(true)
-
     /// The check of a path channel's path: on this thread where it cannot
     /// block (`checkPathNow`), else in the background (statx through the
     /// engine; with `.create` and no file, its directory).
@@ -94,13 +90,9 @@ extension ChannelCore {
     /// answer (a name not cached, any error): the background check then
     /// gives the answer and the error, as before.
     private func checkPathNow(_ spec: PathSpec) -> Bool {
-        guard Self.cachedOpens.load(ordering: .relaxed) else { return false }
+        guard CachedOpens.available else { return false }
         let flags = Syscall.pathOnly | O_CLOEXEC | (spec.options.contains(.noFollow) ? O_NOFOLLOW : 0)
-        let fd: Int32
-        do throws(Errno) { fd = try Syscall.openCached(spec.path, flags: flags) } catch {
-            Self.noteCachedOpenFailure(error)
-            return false
-        }
+        guard let fd = try? CachedOpens.open(spec.path, flags: flags) else { return false }
         let described = describe(fd: fd)
         Syscall.closeIgnoringErrors(fd)
         guard case .success(let (fileKind, _)) = described else { return false }
@@ -110,14 +102,6 @@ extension ChannelCore {
             pathChecked(regular: fileKind == .regular)
         }
         return true
-    }
-
-    /// An `openat2` that failed for want of kernel support turns the
-    /// cached opens off for good.
-    private static func noteCachedOpenFailure(_ error: Errno) {
-        if error == .noFunction || error == .invalidArgument || error == .notPermitted {
-            cachedOpens.store(false, ordering: .relaxed)
-        }
     }
 
     private func pathChecked(regular: Bool) {
@@ -134,10 +118,11 @@ extension ChannelCore {
     /// `RESOLVE_CACHED` refuses, and which may write), not in direct-I/O
     /// mode. Called with the lock held.
     func mayOpenNowLocked() -> Bool {
-        guard let spec = pathSpec, settings.directIO == .off, Self.cachedOpens.load(ordering: .relaxed) else {
+        guard let spec = pathSpec, settings.directIO == .off, CachedOpens.available else {
             return false
         }
         switch lifecycle.target {
+        case .unopened(.unchecked): return true
         case .unopened(.checked): return checkedRegular && spec.openFlags & (O_CREAT | O_TRUNC) == 0
         case .unopened(.released): return true
         default: return false
@@ -155,20 +140,62 @@ extension ChannelCore {
     /// queued operation would, which gives the errors.
     func openPathNow() {
         guard let spec = pathSpec else { return }
-        let (reopen, identity) = lock.withLock { (lifecycle.reopening, openedIdentity) }
-        let flags = reopen == nil ? spec.openFlags : spec.reopenFlags
-        let fd: Int32
-        do throws(Errno) { fd = try Syscall.openCached(spec.path, flags: flags | O_NONBLOCK) } catch {
-            Self.noteCachedOpenFailure(error)
-            return openPath()
+        let (reopen, identity, unchecked) = lock.withLock {
+            (lifecycle.reopening, openedIdentity, lifecycle.target.isOpeningUnchecked)
         }
-        guard case .success(let (fileKind, found)) = describe(fd: fd), fileKind == .regular,
+        let flags = reopen == nil ? spec.openFlags : spec.reopenFlags
+        guard let fd = try? CachedOpens.open(spec.path, flags: flags | O_NONBLOCK) else {
+            return unchecked ? checkInstead(holding: nil) : openPath()
+        }
+        let described = describe(fd: fd)
+        guard case .success(let (fileKind, found)) = described, fileKind == .regular,
               flags & O_NONBLOCK != 0 || (try? Syscall.fcntl(fd, F_SETFL, flags)) != nil else {
+            if unchecked, case .success(let (fileKind, _)) = described, fileKind != .regular,
+               fileKind != .directory {
+                // A FIFO or a device: its other end must not see it close
+                // before the channel's own open.
+                return checkInstead(holding: fd)
+            }
             Syscall.closeIgnoringErrors(fd)
-            return openPath()
+            return unchecked ? checkInstead(holding: nil) : openPath()
         }
         openSucceeded(fd: fd, flags: flags, fileKind: fileKind, found: found, reopen: reopen, identity: identity,
                       retried: false)
+    }
+
+    /// The open on this thread of an unchecked path could not answer: the
+    /// path is checked as it would have been at creation, which gives the
+    /// answer or the error; `fd` (not a regular file) is kept until the
+    /// channel's own open replaces it.
+    private func checkInstead(holding fd: Int32?) {
+        let (check, cleanupNow) = lock.withLock { () -> (Bool, Bool) in
+            heldDescriptor = fd
+            return lifecycle.checkInstead()
+        }
+        if cleanupNow {
+            if let held = lock.withLock({ takeHeldLocked() }) { Syscall.closeIgnoringErrors(held) }
+            runCleanup(nil)
+        }
+        if check { checkPath() }
+    }
+
+    /// Takes the held descriptor (the caller closes it once the lock is released).
+    func takeHeldLocked() -> Int32? {
+        defer { heldDescriptor = nil }
+        return heldDescriptor
+    }
+
+    /// A path channel whose first open may be made on a reader's thread
+    /// (`openPathNow`), which is then its check too: read-only, neither
+    /// creating nor truncating, where cached opens work. It starts
+    /// unchecked; `UncheckedPaths` checks it if no use comes at once.
+    static func mayOpenBeforeCheck(_ spec: PathSpec) -> Bool {
+        CachedOpens.available && spec.mode == .readOnly && spec.openFlags & (O_CREAT | O_TRUNC) == 0
+    }
+
+    /// The sweep found the channel still unchecked: checks it now.
+    func checkIfUnchecked() {
+        if lock.withLock({ lifecycle.beginCheck() }) { checkPath() }
     }
 
     /// Opens the path (the first time, or again after the channel let go
@@ -253,17 +280,20 @@ extension ChannelCore {
         let holds = !lifecycle.isClosed && entry.kind == .regular
         let work = PathDescriptors.shared.opened(holder: holds ? self : nil, retried: retried,
                                                  closing: actions.handOffCleanup)
+        let held = takeHeldLocked()
         lock.unlock()
+        if let held { Syscall.closeIgnoringErrors(held) }
         PathDescriptors.shared.perform(work)
         entry.start(ready)
         if actions.handOffCleanup { entry.channelClosed(cleanup: .init(queue: queue, handler: cleanup)) }
     }
 
     private func pathFailed(_ error: Errno, detail: String? = nil) {
-        let actions = lock.withLock { () -> Lifecycle.FailedActions in
+        let (actions, held) = lock.withLock { () -> (Lifecycle.FailedActions, Int32?) in
             if let detail { reopenDetail = detail }
-            return lifecycle.pathFailed(error)
+            return (lifecycle.pathFailed(error), takeHeldLocked())
         }
+        if let held { Syscall.closeIgnoringErrors(held) }
         for item in actions.pending {
             switch item {
             case .operation(let op): op.finishWithoutIO(error)
@@ -296,5 +326,52 @@ enum Probe {
                                 owner: memory, mayBlock: true) { res in
             completion(res < 0 ? .failure(Errno(rawValue: -res)) : .success(res))
         })
+    }
+}
+
+/// The path channels made unchecked (`ChannelCore.mayOpenBeforeCheck`)
+/// whose first use may not come at once: a sweep checks every one that is
+/// still unchecked a millisecond after it was made, so that a channel on a
+/// missing path that nobody uses still fails (and runs its cleanup
+/// handler) as one checked at creation does. A channel whose first read
+/// came first is skipped. One timer per millisecond at most, whatever the
+/// number of channels made.
+enum UncheckedPaths {
+    private struct State {
+        /// The channels not yet swept, with when each was made (oldest first).
+        var waiting: [(core: ChannelCore, made: UInt64)] = []
+        var sweepScheduled = false
+    }
+
+    private static let state = Locked(State())
+    private static let age: UInt64 = 1_000_000
+
+    static func add(_ core: ChannelCore) {
+        let made = monotonicNanoseconds()
+        let schedule = state.withLock { s -> Bool in
+            s.waiting.append((core, made))
+            if s.sweepScheduled { return false }
+            s.sweepScheduled = true
+            return true
+        }
+        if schedule { scheduleSweep() }
+    }
+
+    private static func scheduleSweep() {
+        IOQueue.global.asyncAfter(deadline: .now + .nanoseconds(Int64(age))) { sweep() }
+    }
+
+    private static func sweep() {
+        let now = monotonicNanoseconds()
+        let (due, again) = state.withLock { s -> ([ChannelCore], Bool) in
+            // (Made in order: the old ones are a prefix.)
+            let young = s.waiting.firstIndex { now &- $0.made < age } ?? s.waiting.count
+            let due = s.waiting[..<young].map(\.core)
+            s.waiting.removeFirst(young)
+            s.sweepScheduled = !s.waiting.isEmpty
+            return (due, s.sweepScheduled)
+        }
+        if again { scheduleSweep() }
+        for core in due { core.checkIfUnchecked() }
     }
 }

@@ -71,6 +71,12 @@ package final class ChannelCore: @unchecked Sendable {
     /// The path's check found a regular file (a read may then open it on
     /// its own thread: `openPathNow`).
     var checkedRegular = false
+    /// What an unchecked path's open on a reader's thread found when it was
+    /// not a regular file (a FIFO, a device): kept open until the channel's
+    /// own open has replaced it, or the channel failed or closed, so that the
+    /// other end of a FIFO never sees its reader come and go
+    /// (ChannelCore+Path.swift).
+    var heldDescriptor: Int32?
     /// Why a reopen failed, in words (`openError`'s detail).
     var reopenDetail: String?
     /// A path channel's place in `PathDescriptors`' list of holders (least
@@ -100,17 +106,25 @@ package final class ChannelCore: @unchecked Sendable {
         }
     }
 
-    /// A path channel; checks the path at once, opens it on first use.
+    /// A path channel; checks the path at once, opens it on first use. A
+    /// read-only one whose first read may open it on the reader's thread
+    /// is checked by that open, or by the sweep if it is not used at once
+    /// (ChannelCore+Path.swift).
     init(kind: IOChannel.Kind, path: PathSpec, queue: IOQueue, engine: IOEngine,
          cleanup: @escaping @Sendable (Errno?) -> Void) {
+        let unchecked = Self.mayOpenBeforeCheck(path)
         self.kind = kind
-        self.lifecycle = Lifecycle(.unopened(.checking))
+        self.lifecycle = Lifecycle(.unopened(unchecked ? .unchecked : .checking))
         self.queue = queue
         self.engine = engine
         self.cleanup = cleanup
         self.pathSpec = path
         self.pathDescriptors = PathDescriptors.shared
-        checkPath()
+        if unchecked {
+            UncheckedPaths.add(self)
+        } else {
+            checkPath()
+        }
     }
 
     /// An fd channel: validates `fd` (fstat, and lseek for a random channel)
@@ -238,7 +252,10 @@ package final class ChannelCore: @unchecked Sendable {
                                          engine: engine, settings: settings, offset: offset, length: length,
                                          data: data, options: options, channel: self,
                                          handler: handler)
-        switch lifecycle.submit(operation, length: length) {
+        let unchecked = lifecycle.target.isUnchecked
+        let action = lifecycle.submit(operation, length: length)
+        let checkNow = unchecked && !lifecycle.target.isUnchecked
+        switch action {
         case .finishWithoutIO(let error):
             lock.unlock()
             operation.finishWithoutIO(error)
@@ -250,6 +267,7 @@ package final class ChannelCore: @unchecked Sendable {
         case .deferred(let openNow):
             insertActiveLocked(operation)
             lock.unlock()
+            if checkNow { checkPath() }
             if openNow { openPath() }
         }
         return operation
@@ -286,13 +304,17 @@ package final class ChannelCore: @unchecked Sendable {
     func barrier(_ work: @escaping @Sendable () -> Void) {
         touch()
         lock.lock()
-        switch lifecycle.barrier(work) {
+        let unchecked = lifecycle.target.isUnchecked
+        let action = lifecycle.barrier(work)
+        let checkNow = unchecked && !lifecycle.target.isUnchecked
+        switch action {
         case .enqueue(let entry):
             let ready = entry.enqueueBarrier(queue: queue, work)
             lock.unlock()
             entry.start(ready)
         case .deferred(let openNow):
             lock.unlock()
+            if checkNow { checkPath() }
             if openNow { openPath() }
         case .runNow:
             lock.unlock()
@@ -369,7 +391,10 @@ package final class ChannelCore: @unchecked Sendable {
         let toStop = actions.stopActive ? activeLocked() : []
         // (A path channel's entry closes its fd once its handlers return.)
         let stalled = pathSpec == nil ? .init() : PathDescriptors.shared.forget(self, closing: actions.closeEntry != nil)
+        // (A held fd stays while an open that replaces it may still come.)
+        let held = lifecycle.opensNoMore ? takeHeldLocked() : nil
         lock.unlock()
+        if let held { Syscall.closeIgnoringErrors(held) }
         PathDescriptors.shared.perform(stalled)
         for op in actions.cancel { op.finishWithoutIO(.canceled) }
         for op in toStop { op.stop() }

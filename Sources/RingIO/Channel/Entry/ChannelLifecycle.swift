@@ -9,6 +9,9 @@ import RingIOBase
 /// without I/O, stop them, hand the cleanup handler on.
 ///
 /// ```
+///   path channel:  unchecked ──read on the caller's thread──▶ openingUnchecked ──pathOpened──▶ open(entry)
+///                     │ other first use, the sweep: beginCheck         │ not cached, not regular: checkInstead
+///                     ▼                                                ▼
 ///   path channel:  checking ──pathChecked──▶ checked ──first use──▶ opening ──pathOpened──▶ open(entry)
 ///                     │  └──first use: waits (deferred)                 │            ▲          │ release
 ///                     │                                                 │   pathOpened│          ▼ (idle, not pinned)
@@ -25,7 +28,10 @@ import RingIOBase
 /// next use; `pin` (the user saw the fd) forbids it for good. A read
 /// about to run on the caller's thread may open the file there
 /// (`beginOpenNow`): the same `opening` or `reopening` state, ended the
-/// same way.
+/// same way. A path channel whose first open may be made so starts
+/// `unchecked`: that open is its check; any other first use, the shell's
+/// sweep of channels left unused, or an open there that cannot answer
+/// checks it as before.
 ///
 /// The cleanup handler is handed on exactly once: to the entry when an
 /// open channel closes (it runs once every channel of the fd closed), at
@@ -47,6 +53,13 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
 
     /// How far a path channel is in opening its file.
     enum Opening: Equatable {
+        /// Not checked yet; nothing waits: a read on the caller's thread
+        /// opens it (`beginOpenNow`), anything else checks it first.
+        case unchecked
+        /// Being opened on the caller's thread before any check; work
+        /// waits in `deferred`. If that open cannot answer, the path is
+        /// checked instead (`checkInstead`).
+        case openingUnchecked
         /// The path is being checked (`statx`); work waits in `deferred`.
         case checking
         /// Checked; nothing waits: the first operation or barrier opens it.
@@ -64,8 +77,8 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
         /// An open is under way (`opening`, `reopening`).
         var isOpening: Bool {
             switch self {
-            case .opening, .reopening: return true
-            case .checking, .checked, .released: return false
+            case .opening, .openingUnchecked, .reopening: return true
+            case .unchecked, .checking, .checked, .released: return false
             }
         }
     }
@@ -158,7 +171,8 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
     private(set) var pinned = false
 
     /// A channel that starts at `target`: `.open` for an fd channel,
-    /// `.unopened(.checking)` for a path channel, `.failed` for one whose
+    /// `.unopened(.checking)` for a path channel (`.unchecked` when a
+    /// reader's thread may make its first open), `.failed` for one whose
     /// creation failed (the shell then runs the cleanup handler with the
     /// error: it is handed off).
     init(_ target: Target) {
@@ -182,6 +196,13 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
         return nil
     }
 
+    /// No open of the path is under way or waited for: open, failed, or
+    /// unopened with nothing waiting.
+    var opensNoMore: Bool {
+        guard case .unopened(let opening) = target else { return true }
+        return !opening.isOpening && deferred.isEmpty
+    }
+
     /// The error every operation gets, once the channel failed.
     var failure: Errno? {
         if case .failed(let error) = target { return error }
@@ -203,6 +224,8 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
             return .enqueue(entry, base: base)
         case .unopened:
             deferred.append(.operation(operation))
+            // (The shell saw `isUnchecked` before: it checks the path now.)
+            if target.isUnchecked { target = .unopened(.checking) }
             return .deferred(openNow: startOpenIfNeeded())
         }
     }
@@ -215,6 +238,7 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
             return .enqueue(entry)
         case .unopened where !isClosed:
             deferred.append(.barrier(work))
+            if target.isUnchecked { target = .unopened(.checking) }
             return .deferred(openNow: startOpenIfNeeded())
         case .unopened, .failed:
             return .runNow
@@ -287,11 +311,36 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
         defer { _invariantCheck() }
         guard !isClosed, deferred.isEmpty else { return false }
         switch target {
+        case .unopened(.unchecked): target = .unopened(.openingUnchecked)
         case .unopened(.checked): target = .unopened(.opening)
         case .unopened(.released(let position)): target = .unopened(.reopening(position: position))
         default: return false
         }
         return true
+    }
+
+    /// An unchecked path is to be checked now (the shell's sweep found it
+    /// unused): returns whether the shell must check it. (`submit` and
+    /// `barrier` do this themselves.)
+    mutating func beginCheck() -> Bool {
+        defer { _invariantCheck() }
+        guard !isClosed, target.isUnchecked else { return false }
+        target = .unopened(.checking)
+        return true
+    }
+
+    /// The open on the caller's thread of an unchecked path could not
+    /// answer (not all cached, not a regular file, an error): the path is
+    /// checked instead, which gives the answer; what waits keeps waiting.
+    /// Returns whether the shell must check it; when the channel closed
+    /// meanwhile with nothing waiting it need not, and `cleanupNow` says
+    /// the cleanup handler runs now (with `nil`), once.
+    mutating func checkInstead() -> (check: Bool, cleanupNow: Bool) {
+        defer { _invariantCheck() }
+        guard case .unopened(.openingUnchecked) = target else { illegal("checkInstead") }
+        target = .unopened(.checking)
+        if cleanupIfIdleAndClosed() { return (false, true) }
+        return (!(isClosed && deferred.isEmpty), false)
     }
 
     /// The path's check passed: returns whether the shell must open it now.
@@ -363,8 +412,8 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
     func _invariantCheck() {
         #if DEBUG
         switch target {
-        case .unopened(.checked), .unopened(.released):
-            precondition(deferred.isEmpty, "a checked or released path with work waiting is not opening")
+        case .unopened(.unchecked), .unopened(.checked), .unopened(.released):
+            precondition(deferred.isEmpty, "an unchecked, checked or released path with work waiting is not opening")
         case .unopened:
             break
         case .open, .failed:
@@ -380,5 +429,19 @@ struct ChannelLifecycle<Entry: AnyObject, Operation: AnyObject> {
             for case .operation in deferred { preconditionFailure("an operation waits in a stopped channel") }
         }
         #endif
+    }
+}
+
+extension ChannelLifecycle.Target {
+    /// A path channel not checked yet.
+    var isUnchecked: Bool {
+        if case .unopened(.unchecked) = self { return true }
+        return false
+    }
+
+    /// A path channel being opened on a reader's thread before any check.
+    var isOpeningUnchecked: Bool {
+        if case .unopened(.openingUnchecked) = self { return true }
+        return false
     }
 }
