@@ -109,20 +109,40 @@ extension IOChannel {
     ///
     /// - Throws: the read's error (`EBADF`, `EISDIR`, `ECANCELED` after
     ///   `close` or cancellation, ...).
-    public func read(offset: Int64 = 0, length: Int) async throws(Errno) -> DataChunk {
-        // Cancelled already: nothing is read.
-        if Task.isCancelled { throw .canceled }
-        // Cached bytes of a regular file, nothing ahead of it on the fd: read
-        // here, before any suspension (no continuation, no hop).
-        switch core.readNow(offset: offset, length: length) {
+    @inlinable
+    public nonisolated(nonsending) func read(offset: Int64 = 0, length: Int) async throws(Errno) -> DataChunk {
+        // (Inlinable, and on the caller's executor: a read done at once
+        // costs the caller no async frame and no executor switch.)
+        switch try readBeforeSuspending(offset: offset, length: length) {
         case .read(let chunk): return chunk
         case .submit(let skipInlineTry): return try await submitRead(offset: offset, length: length,
                                                                     skipInlineTry: skipInlineTry)
         }
     }
 
+    /// What `read` does before any suspension.
+    @usableFromInline
+    func readBeforeSuspending(offset: Int64, length: Int) throws(Errno) -> ReadStart {
+        // Cancelled already: nothing is read.
+        if Task.isCancelled { throw .canceled }
+        // Cached bytes of a regular file, nothing ahead of it on the fd: read
+        // here, before any suspension (no continuation, no hop).
+        switch core.readNow(offset: offset, length: length) {
+        case .read(let chunk): return .read(chunk)
+        case .submit(let skipInlineTry): return .submit(skipInlineTry: skipInlineTry)
+        }
+    }
+
+    /// What `readBeforeSuspending` came to (`ChannelCore.InlineRead`).
+    @usableFromInline
+    enum ReadStart {
+        case read(DataChunk)
+        case submit(skipInlineTry: Bool)
+    }
+
     /// `read`, as an operation of the channel, awaited.
-    private func submitRead(offset: Int64, length: Int, skipInlineTry: Bool) async throws(Errno) -> DataChunk {
+    @usableFromInline
+    func submitRead(offset: Int64, length: Int, skipInlineTry: Bool) async throws(Errno) -> DataChunk {
         let core = self.core
         var options = OperationOptions(inline: true)
         options.skipInlineTry = skipInlineTry

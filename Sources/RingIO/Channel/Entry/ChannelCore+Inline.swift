@@ -175,11 +175,11 @@ extension ChannelCore {
         }
         guard deliver(entry, total) else { return .submit(skipInlineTry: false) }
         delivered = true
-        entry.inlineReads.add(1, ordering: .relaxed)
+        entry.inlineReads.wrappingAdd(1, ordering: .relaxed)
         if handler {
-            entry.handlerInline.add(1, ordering: .relaxed)
+            entry.handlerInline.wrappingAdd(1, ordering: .relaxed)
         } else {
-            entry.awaitedInline.add(1, ordering: .relaxed)
+            entry.awaitedInline.wrappingAdd(1, ordering: .relaxed)
         }
         return .read(total)
     }
@@ -207,7 +207,7 @@ extension ChannelCore {
         }
         guard stream || base <= Int64.max - offset - Int64(length) else { return nil }
         let start = base + offset
-        entry.awaitedInline.add(1, ordering: .relaxed)
+        entry.awaitedInline.wrappingAdd(1, ordering: .relaxed)
         return data.withUnsafeBytes { bytes -> Result<Void, Errno> in
             var written = 0
             while written < length {
