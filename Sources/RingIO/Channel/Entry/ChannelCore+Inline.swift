@@ -44,19 +44,20 @@ extension ChannelCore {
     func readNow(offset: Int64, length: Int) -> InlineRead {
         guard length > 0, length <= ChannelOperation.maxInlineRead else { return .submit(skipInlineTry: false) }
         if length <= SmallBlocks.size {
-            // A 4 KiB block, and the chunk's one leaf owns it: one object
-            // per read, no lock when this thread has an idle block.
-            var block: UnsafeMutableRawPointer?
+            // A 4 KiB block, and the chunk's one leaf owns it; in a read
+            // loop the thread's last leaf, once its chunk is gone: no
+            // allocation, no lock.
+            var small: DataChunk.SmallRead?
             let count = readNow(offset: offset, length: length) {
-                let taken = SmallBlocks.take()
-                block = taken
-                return taken
+                let memory = DataChunk.SmallRead(length: length)
+                small = memory
+                return memory.pointer
             }
             switch count {
             case .read(let total):
-                return .read(DataChunk(smallBlock: block!, count: total))
+                return .read(small!.chunk(count: total))
             case .submit(let skipInlineTry):
-                if let block { SmallBlocks.give(block) }
+                small?.giveBack()
                 return .submit(skipInlineTry: skipInlineTry)
             }
         }
@@ -128,6 +129,7 @@ extension ChannelCore {
     /// whose `deliver` queues its handler call (before the read ends on the
     /// entry, so that on one serial queue what starts after it calls its
     /// handler after it) or returns false to send it the usual way.
+    @inline(__always)
     private func readNow(offset: Int64, length: Int, handler: Bool = false,
                          _ destination: () -> UnsafeMutableRawPointer,
                          deliver: (FDEntry, Int) -> Bool = { _, _ in true }) -> InlineReadInto {
