@@ -2,6 +2,7 @@
 // beside its peer in the same process and the same run:
 //
 //   read-await     `try await channel.read(offset:length: 4096)` in a loop   vs a pread loop
+//   chunks         `for try await chunk in channel.chunks()`, 1 MiB and 64 KiB vs a read(2) loop
 //   read-handler   the same with a handler on the user's serial queue, one in flight  vs pread, fio io_uring QD1
 //   append-await   `try await log.write(data:)` per 4 KiB record, [.create, .append]  vs write(2) on O_APPEND
 //   append-queued  the records queued with handlers on .append, then on .truncate
@@ -135,6 +136,16 @@ enum NaturalBench {
                 results.add("copy-handler/plain 1 MiB loop (GiB/s)", r2 / gib, rssMiB: m2)
                 unlink("\(dir)/copy1")
                 unlink("\(dir)/copy2")
+            }
+            if wants(s, "chunks") {
+                // The README's `for try await chunk in channel.chunks()`, at
+                // the default high-water mark (1 MiB) and at 64 KiB, beside a
+                // read(2) loop of that size.
+                for chunk in [1 << 20, 64 << 10] {
+                    let name = chunk == 1 << 20 ? "1 MiB" : "64 KiB"
+                    results.add("chunks/ringio chunks() \(name) (GiB/s)", try chunksLoop(source, size: size, chunk: chunk) / gib)
+                    results.add("chunks/read loop \(name) (GiB/s)", try readLoop(source, size: size, chunk: chunk) / gib)
+                }
             }
             if wants(s, "paths") {
                 let (r1, m1) = try measuringRSS { try pathChannels(source, size: size, count: s.paths) }
@@ -410,6 +421,49 @@ enum NaturalBench {
         }
         close(input)
         close(output)
+        return Double(size) / seconds(since: start)
+    }
+
+    // MARK: - chunks()
+
+    /// `for try await chunk in channel.chunks()` over the whole file, on a
+    /// stream path channel whose high-water mark is `chunk` (1 MiB: the default).
+    static func chunksLoop(_ path: String, size: Int, chunk: Int) throws -> Double {
+        let done = Completion()
+        let rate = Mutex<Double>(0)
+        Task {
+            do {
+                let channel = try IOChannel(kind: .stream, path: FilePath(path), mode: .readOnly, queue: .global)
+                if chunk != 1 << 20 { channel.setHighWater(chunk) }
+                let start = now()
+                var total = 0
+                for try await data in channel.chunks() { total += data.count }
+                if total != size { throw BenchError("chunks() read \(total) of \(size) bytes") }
+                rate.withLock { $0 = Double(size) / seconds(since: start) }
+                channel.close()
+                done.finish()
+            } catch {
+                done.finish("\(error)")
+            }
+        }
+        try done.wait("chunks", timeout: 600)
+        return rate.withLock { $0 }
+    }
+
+    /// A `read(2)` loop of `chunk` bytes over the whole file.
+    static func readLoop(_ path: String, size: Int, chunk: Int) throws -> Double {
+        let start = now()
+        let fd = try openFile(path, O_RDONLY)
+        defer { close(fd) }
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: chunk, alignment: 4096)
+        defer { buffer.deallocate() }
+        var total = 0
+        while true {
+            let n = read(fd, buffer, chunk)
+            if n <= 0 { break }
+            total += n
+        }
+        if total != size { throw BenchError("read loop read \(total) of \(size) bytes") }
         return Double(size) / seconds(since: start)
     }
 
