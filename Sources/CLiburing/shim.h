@@ -234,6 +234,66 @@ static inline int cliburing_thread_block_give(void *block) {
     return 1;
 }
 
+/// A per-thread slot for one retained object (the library's reusable
+/// small-read chunk, DataChunk+SmallReads.swift): `release` is called on
+/// what the slot holds when the thread ends. As with the blocks above, the
+/// state lives in function-local statics, so only one Swift file calls these.
+static inline void **cliburing_thread_object_slot(void) {
+    static __thread void *slot;
+    return &slot;
+}
+static inline int *cliburing_thread_object_registered(void) {
+    static __thread int registered;
+    return &registered;
+}
+static inline void (**cliburing_thread_object_releaser(void))(void *) {
+    static void (*releaser)(void *);
+    return &releaser;
+}
+static inline void cliburing_thread_object_free(void *p) {
+    void **slot = (void **)p;
+    void *object = *slot;
+    *slot = 0;
+    // A give after this (from another key's destructor) registers again,
+    // and glibc runs this destructor once more.
+    *cliburing_thread_object_registered() = 0;
+    if (object && *cliburing_thread_object_releaser()) (*cliburing_thread_object_releaser())(object);
+}
+static inline pthread_key_t *cliburing_thread_object_key(void) {
+    static pthread_key_t key;
+    return &key;
+}
+static inline pthread_once_t *cliburing_thread_object_once(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    return &once;
+}
+static inline void cliburing_thread_object_make_key(void) {
+    pthread_key_create(cliburing_thread_object_key(), cliburing_thread_object_free);
+}
+/// Takes what this thread's slot holds (NULL: nothing), leaving it empty.
+static inline void *cliburing_thread_object_take(void) {
+    void **slot = cliburing_thread_object_slot();
+    void *object = *slot;
+    *slot = 0;
+    return object;
+}
+/// Puts `object` in this thread's empty slot: 1, or 0 when it could not
+/// (the slot is full, or the thread-exit release could not be arranged).
+/// `release` (the same function every time) is what the thread's end calls.
+static inline int cliburing_thread_object_give(void *object, void (*release)(void *)) {
+    void **slot = cliburing_thread_object_slot();
+    if (*slot) return 0;
+    int *registered = cliburing_thread_object_registered();
+    if (!*registered) {
+        *cliburing_thread_object_releaser() = release;
+        pthread_once(cliburing_thread_object_once(), cliburing_thread_object_make_key);
+        if (pthread_setspecific(*cliburing_thread_object_key(), slot) != 0) return 0;
+        *registered = 1;
+    }
+    *slot = object;
+    return 1;
+}
+
 /// IORING_OP_FIXED_FD_INSTALL (Linux 6.8; liburing 2.6 names it): a regular
 /// fd, O_CLOEXEC, for the direct descriptor in table slot `slot`.
 #define CLIBURING_OP_FIXED_FD_INSTALL 54

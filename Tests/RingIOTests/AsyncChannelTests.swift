@@ -73,6 +73,30 @@ struct AsyncChannelTests {
         channel.close()
     }
 
+    @Test("chunks at a 64 KiB high-water mark on a file: every chunk in order, a file shorter than a wake's worth too", arguments: allBackends)
+    func chunksSmallInOrder(backend: IOEngine.Backend) async throws {
+        // On a regular file the waiting loop is woken once a wake's worth of
+        // chunks waits (ChunkStream.wakeBytes), or at the end of the read.
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        for size in [5 * MiB + 17, 100 * KiB] {
+            let bytes = randomBytes(size, seed: 63)
+            try writeFile(dir.file("f\(size)"), bytes)
+            let channel = try IOChannel(kind: .stream, path: FilePath(dir.file("f\(size)")), mode: .readOnly,
+                                        queue: IOQueue(label: "chunks64"), engine: engine)
+            channel.setHighWater(64 * KiB)
+            var sizes: [Int] = []
+            var all = DataChunk.empty
+            for try await chunk in channel.chunks() {
+                sizes.append(chunk.count)
+                all = all + chunk
+            }
+            #expect(sizes == Array(repeating: 64 * KiB, count: size / (64 * KiB)) + [size % (64 * KiB)])
+            #expect(Array(all) == bytes)
+            channel.close()
+        }
+    }
+
     @Test("chunks reads at most two chunks ahead of a consumer that sleeps", arguments: allBackends)
     func chunksBackpressure(backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)

@@ -35,6 +35,34 @@ struct InlineReadTests {
         return cliburing_pread_nowait(fd.rawValue, &byte, 1, 0) >= 0
     }
 
+    @Test("awaited 4 KiB reads kept by the caller, whole or sliced, keep their bytes while the loop reads on", arguments: allBackends)
+    func awaitedReadsKept(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        let bytes = randomBytes(64 * KiB, seed: 5)
+        let fd = try Self.file(dir, "f", bytes)
+        defer { try? fd.close() }
+        let channel = IOChannel(kind: .random, fileDescriptor: fd, queue: .global, engine: engine)
+        defer { channel.close() }
+        var kept: [DataChunk] = []
+        var slices: [DataChunk] = []
+        for i in 0..<16 {
+            let data = try await channel.read(offset: Int64(i * 4096), length: 4096)
+            // Every other one kept whole, the rest as a slice only.
+            if i % 2 == 0 { kept.append(data) } else { slices.append(data[10..<20]) }
+            // One dropped at once in between: its leaf may be reused.
+            _ = try await channel.read(offset: Int64(((i + 7) % 16) * 4096), length: 4096)
+        }
+        for (n, data) in kept.enumerated() {
+            let i = n * 2
+            #expect(data == DataChunk(bytes[(i * 4096)..<((i + 1) * 4096)]), "read \(i)")
+        }
+        for (n, slice) in slices.enumerated() {
+            let i = n * 2 + 1
+            #expect(slice == DataChunk(bytes[(i * 4096 + 10)..<(i * 4096 + 20)]), "read \(i)")
+        }
+    }
+
     @Test("an awaited read of cached bytes completes inside the call, with the right bytes", arguments: allBackends)
     func awaitedReadInline(backend: IOEngine.Backend) async throws {
         let engine = try makeEngine(backend)

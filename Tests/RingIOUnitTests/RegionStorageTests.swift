@@ -83,6 +83,58 @@ struct RegionStorageTests {
         SmallBlocks.give(third)
     }
 
+    @Test("a small read reuses the thread's last leaf only once no chunk or slice holds it; fewer bytes are a copy")
+    func smallReadReuse() throws {
+        // (Synchronous: the whole test runs on one thread, whose slot it uses.)
+        func expected(_ seed: UInt8, _ count: Int = 4096) -> [UInt8] {
+            (0..<count).map { seed &+ UInt8(truncatingIfNeeded: $0) }
+        }
+        /// One read of `length` bytes, `count` of them "read" (the pattern of
+        /// `seed`): its chunk and the memory it was read into.
+        func read(_ seed: UInt8, length: Int = 4096, count: Int? = nil) -> (DataChunk, UnsafeMutableRawPointer) {
+            let small = DataChunk.SmallRead(length: length)
+            for i in 0..<(count ?? length) {
+                small.pointer.storeBytes(of: seed &+ UInt8(truncatingIfNeeded: i), toByteOffset: i, as: UInt8.self)
+            }
+            return (small.chunk(count: count ?? length), small.pointer)
+        }
+        var (c1, p1): (DataChunk?, UnsafeMutableRawPointer) = read(1)
+        // c1 is held: the next read gets other memory, and c1 keeps its bytes.
+        var (c2, p2): (DataChunk?, UnsafeMutableRawPointer) = read(2)
+        #expect(p2 != p1)
+        #expect(Array(c1!) == expected(1) && Array(c2!) == expected(2))
+        c1 = nil
+        c2 = nil
+        // Both gone: the last leaf (c2's) is filled again, in place.
+        var (c3, p3): (DataChunk?, UnsafeMutableRawPointer) = read(3)
+        #expect(p3 == p2)
+        #expect(Array(c3!) == expected(3))
+        // A slice keeps the leaf: not reused, the slice's bytes stay.
+        let slice = c3![100..<200]
+        c3 = nil
+        let (_, p4) = read(4)
+        #expect(p4 != p3)
+        #expect(Array(slice) == Array(expected(3)[100..<200]))
+        // Another length: right bytes.
+        #expect(Array(read(5, length: 100).0) == expected(5, 100))
+        // Fewer bytes than asked into a reused leaf (the end of a file): a
+        // copy of them, and the leaf stays for the next read.
+        let (_, p6) = read(6)
+        let (_, p7) = read(7)
+        #expect(p7 == p6)
+        let (short, p8) = read(8, count: 100)
+        #expect(p8 == p6)
+        short.withUnsafeBytes { #expect($0.baseAddress != UnsafeRawPointer(p8), "a copy") }
+        #expect(Array(short) == expected(8, 100))
+        let (empty, p9) = read(9, count: 0)
+        #expect(p9 == p6 && empty.isEmpty)
+        #expect(Array(short) == expected(8, 100))
+        // Nothing read: the leaf goes back untouched.
+        let small = DataChunk.SmallRead(length: 4096)
+        #expect(small.pointer == p6)
+        small.giveBack()
+    }
+
     @Test("blocks given back on another thread are that thread's; more than it keeps go to the shared ones or free")
     func smallBlocksAcrossThreads() throws {
         // 40 blocks taken here, their chunks dropped on another thread that

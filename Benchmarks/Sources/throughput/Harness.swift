@@ -194,6 +194,8 @@ struct ChildResult {
     var output: String
     var minorFaults: Int
     var seconds: Double
+    /// The child's user and system CPU time.
+    var cpuSeconds: Double = 0
 }
 
 /// The path of this executable, to re-exec it for a child measurement.
@@ -258,7 +260,9 @@ func spawn(_ argv: [String], timeout: Double) throws -> ChildResult {
     let elapsed = seconds(since: start)
     if timedOut { throw BenchError("\(argv.joined(separator: " ")): killed after \(fixed(timeout, 0)) s") }
     return ChildResult(status: status, output: String(decoding: output, as: UTF8.self),
-                       minorFaults: usage.ru_minflt, seconds: elapsed)
+                       minorFaults: usage.ru_minflt, seconds: elapsed,
+                       cpuSeconds: Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
+                           + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6)
 }
 
 extension ChildResult {

@@ -2,6 +2,7 @@
 // beside its peer in the same process and the same run:
 //
 //   read-await     `try await channel.read(offset:length: 4096)` in a loop   vs a pread loop
+//   chunks         `for try await chunk in channel.chunks()`, 1 MiB and 64 KiB vs a read(2) loop
 //   read-handler   the same with a handler on the user's serial queue, one in flight  vs pread, fio io_uring QD1
 //   append-await   `try await log.write(data:)` per 4 KiB record, [.create, .append]  vs write(2) on O_APPEND
 //   append-queued  the records queued with handlers on .append, then on .truncate
@@ -98,9 +99,16 @@ enum NaturalBench {
             progress("round \(round)/\(s.rounds)")
             if wants(s, "read-await") {
                 results.add("read-await/ringio (reads/s)", try readAwait(source, size: size, reads: s.reads))
+                let ringioCPU = lastCPURate.withLock { $0 }
                 results.add("read-await/pread (reads/s)", preadLoop(source, size: size, reads: s.reads))
+                // Per CPU second of the reading thread: what the other
+                // engineers' load takes from the wall-clock rates, left out.
+                results.add("read-await/ringio (reads per CPU-s)", ringioCPU)
+                results.add("read-await/pread (reads per CPU-s)", lastCPURate.withLock { $0 })
                 if let tool = s.tIoUring {
-                    results.add("read-await/t-io_uring QD1 (reads/s)", try tIoUring(tool, source))
+                    let (rate, perCPU) = try tIoUring(tool, source)
+                    results.add("read-await/t-io_uring QD1 (reads/s)", rate)
+                    results.add("read-await/t-io_uring QD1 (reads per CPU-s)", perCPU)
                 }
             }
             if wants(s, "read-handler") {
@@ -129,6 +137,16 @@ enum NaturalBench {
                 results.add("copy-handler/plain 1 MiB loop (GiB/s)", r2 / gib, rssMiB: m2)
                 unlink("\(dir)/copy1")
                 unlink("\(dir)/copy2")
+            }
+            if wants(s, "chunks") {
+                // The README's `for try await chunk in channel.chunks()`, at
+                // the default high-water mark (1 MiB) and at 64 KiB, beside a
+                // read(2) loop of that size.
+                for chunk in [1 << 20, 64 << 10] {
+                    let name = chunk == 1 << 20 ? "1 MiB" : "64 KiB"
+                    results.add("chunks/ringio chunks() \(name) (GiB/s)", try chunksLoop(source, size: size, chunk: chunk) / gib)
+                    results.add("chunks/read loop \(name) (GiB/s)", try readLoop(source, size: size, chunk: chunk) / gib)
+                }
             }
             if wants(s, "paths") {
                 let (r1, m1) = try measuringRSS { try pathChannels(source, size: size, count: s.paths) }
@@ -209,13 +227,27 @@ enum NaturalBench {
 
     // MARK: - reads
 
+    /// The calling thread's CPU time (ns).
+    static func threadCPU() -> UInt64 {
+        var t = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t)
+        return UInt64(t.tv_sec) * 1_000_000_000 + UInt64(t.tv_nsec)
+    }
+
+    /// The last `readAwait` or `preadLoop`: reads per CPU second of its
+    /// thread (0 when the loop changed threads).
+    static let lastCPURate = Mutex<Double>(0)
+
     static func preadLoop(_ path: String, size: Int, reads: Int) -> Double {
         let fd = open(path, O_RDONLY)
         defer { close(fd) }
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: 4096, alignment: 4096)
         defer { buffer.deallocate() }
         let start = now()
+        let cpu = threadCPU()
         for i in 0..<reads { _ = pread(fd, buffer, 4096, off_t(offset(i, size: size))) }
+        let used = threadCPU() - cpu
+        lastCPURate.withLock { $0 = Double(reads) / (Double(used) / 1e9) }
         return Double(reads) / seconds(since: start)
     }
 
@@ -227,11 +259,16 @@ enum NaturalBench {
                 let channel = try IOChannel(kind: .random, path: FilePath(path), mode: .readOnly, queue: .global)
                 _ = try await channel.read(offset: 0, length: 4096)
                 let start = now()
+                let thread = pthread_self()
+                let cpu = threadCPU()
                 for i in 0..<reads {
                     let d = try await channel.read(offset: offset(i, size: size), length: 4096)
                     if d.count != 4096 { throw BenchError("short read \(d.count)") }
                 }
+                let used = threadCPU() - cpu
+                let sameThread = pthread_equal(thread, pthread_self()) != 0
                 rate.withLock { $0 = Double(reads) / seconds(since: start) }
+                lastCPURate.withLock { $0 = sameThread ? Double(reads) / (Double(used) / 1e9) : 0 }
                 channel.close()
                 done.finish()
             } catch {
@@ -264,8 +301,10 @@ enum NaturalBench {
     }
 
     /// fio's t/io_uring, buffered, one read at a time (`-O0 -p0 -d1 -s1 -c1`,
-    /// registered file and buffer, random 4 KiB), 3 s: its median per-second IOPS.
-    static func tIoUring(_ tool: String, _ path: String) throws -> Double {
+    /// registered file and buffer, random 4 KiB), 3 s: its median per-second
+    /// IOPS, and its reads per CPU second (the mean IOPS over the share of
+    /// the run it had a CPU: its user and system time ÷ the run's length).
+    static func tIoUring(_ tool: String, _ path: String) throws -> (Double, Double) {
         let result = try spawn([tool, "-O0", "-p0", "-d1", "-s1", "-c1", "-b4096", "-R1", "-r3", path], timeout: 30)
         let rates = result.output.split(separator: "\n").compactMap { line -> Double? in
             guard line.hasPrefix("IOPS="), let end = line.firstIndex(of: ",") else { return nil }
@@ -276,7 +315,9 @@ enum NaturalBench {
             return Double(text).map { $0 * scale }
         }
         guard !rates.isEmpty else { throw BenchError("t/io_uring printed no rate: \(result.output.prefix(300))") }
-        return rates.sorted()[rates.count / 2]
+        let mean = rates.reduce(0, +) / Double(rates.count)
+        let perCPU = result.cpuSeconds > 0 ? mean * result.seconds / result.cpuSeconds : 0
+        return (rates.sorted()[rates.count / 2], perCPU)
     }
 
     // MARK: - append logs
@@ -383,6 +424,49 @@ enum NaturalBench {
         }
         close(input)
         close(output)
+        return Double(size) / seconds(since: start)
+    }
+
+    // MARK: - chunks()
+
+    /// `for try await chunk in channel.chunks()` over the whole file, on a
+    /// stream path channel whose high-water mark is `chunk` (1 MiB: the default).
+    static func chunksLoop(_ path: String, size: Int, chunk: Int) throws -> Double {
+        let done = Completion()
+        let rate = Mutex<Double>(0)
+        Task {
+            do {
+                let channel = try IOChannel(kind: .stream, path: FilePath(path), mode: .readOnly, queue: .global)
+                if chunk != 1 << 20 { channel.setHighWater(chunk) }
+                let start = now()
+                var total = 0
+                for try await data in channel.chunks() { total += data.count }
+                if total != size { throw BenchError("chunks() read \(total) of \(size) bytes") }
+                rate.withLock { $0 = Double(size) / seconds(since: start) }
+                channel.close()
+                done.finish()
+            } catch {
+                done.finish("\(error)")
+            }
+        }
+        try done.wait("chunks", timeout: 600)
+        return rate.withLock { $0 }
+    }
+
+    /// A `read(2)` loop of `chunk` bytes over the whole file.
+    static func readLoop(_ path: String, size: Int, chunk: Int) throws -> Double {
+        let start = now()
+        let fd = try openFile(path, O_RDONLY)
+        defer { close(fd) }
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: chunk, alignment: 4096)
+        defer { buffer.deallocate() }
+        var total = 0
+        while true {
+            let n = read(fd, buffer, chunk)
+            if n <= 0 { break }
+            total += n
+        }
+        if total != size { throw BenchError("read loop read \(total) of \(size) bytes") }
         return Double(size) / seconds(since: start)
     }
 

@@ -109,20 +109,40 @@ extension IOChannel {
     ///
     /// - Throws: the read's error (`EBADF`, `EISDIR`, `ECANCELED` after
     ///   `close` or cancellation, ...).
-    public func read(offset: Int64 = 0, length: Int) async throws(Errno) -> DataChunk {
-        // Cancelled already: nothing is read.
-        if Task.isCancelled { throw .canceled }
-        // Cached bytes of a regular file, nothing ahead of it on the fd: read
-        // here, before any suspension (no continuation, no hop).
-        switch core.readNow(offset: offset, length: length) {
+    @inlinable
+    public nonisolated(nonsending) func read(offset: Int64 = 0, length: Int) async throws(Errno) -> DataChunk {
+        // (Inlinable, and on the caller's executor: a read done at once
+        // costs the caller no async frame and no executor switch.)
+        switch try readBeforeSuspending(offset: offset, length: length) {
         case .read(let chunk): return chunk
         case .submit(let skipInlineTry): return try await submitRead(offset: offset, length: length,
                                                                     skipInlineTry: skipInlineTry)
         }
     }
 
+    /// What `read` does before any suspension.
+    @usableFromInline
+    func readBeforeSuspending(offset: Int64, length: Int) throws(Errno) -> ReadStart {
+        // Cancelled already: nothing is read.
+        if Task.isCancelled { throw .canceled }
+        // Cached bytes of a regular file, nothing ahead of it on the fd: read
+        // here, before any suspension (no continuation, no hop).
+        switch core.readNow(offset: offset, length: length) {
+        case .read(let chunk): return .read(chunk)
+        case .submit(let skipInlineTry): return .submit(skipInlineTry: skipInlineTry)
+        }
+    }
+
+    /// What `readBeforeSuspending` came to (`ChannelCore.InlineRead`).
+    @usableFromInline
+    enum ReadStart {
+        case read(DataChunk)
+        case submit(skipInlineTry: Bool)
+    }
+
     /// `read`, as an operation of the channel, awaited.
-    private func submitRead(offset: Int64, length: Int, skipInlineTry: Bool) async throws(Errno) -> DataChunk {
+    @usableFromInline
+    func submitRead(offset: Int64, length: Int, skipInlineTry: Bool) async throws(Errno) -> DataChunk {
         let core = self.core
         var options = OperationOptions(inline: true)
         options.skipInlineTry = skipInlineTry
@@ -293,10 +313,21 @@ final class ChunkStream: Sendable {
     private struct State {
         var operation: ChannelOperation?
         var buffer = RingBuffer<DataChunk>(initialCapacity: 4)
+        /// The bytes in `buffer`.
+        var buffered = 0
         var finished = false
         var error: Errno?
         var waiter: UnsafeContinuation<Result<DataChunk?, Errno>, Never>?
+        /// Whether the read is of a regular file (known at its first delivery).
+        var regular: Bool?
     }
+
+    /// On a regular file, a waiting consumer is woken once this many bytes
+    /// wait for it (or the read is over), not at each chunk: small chunks
+    /// (a 64 KiB high-water mark) cost a wake-up per several. Half the
+    /// read-ahead bound, so the read always gets there. Pipes and sockets
+    /// hand each chunk over as it comes.
+    static var wakeBytes: Int { IOChannel.chunkSize }
 
     private let channel: IOChannel
     private let offset: Int64
@@ -332,22 +363,39 @@ final class ChunkStream: Sendable {
     private func delivered(done: Bool, data: DataChunk?, error: Errno?) {
         var handOver: (UnsafeContinuation<Result<DataChunk?, Errno>, Never>, Result<DataChunk?, Errno>)?
         var taken = 0
+        let regular = state.withLock { $0.regular } ?? (channel.core.currentEntry?.isRegular ?? false)
         state.withLock { s in
+            s.regular = regular
             if let data, !data.isEmpty {
-                if let waiter = s.waiter {
+                if let waiter = s.waiter, !regular || s.buffered + data.count >= Self.wakeBytes || done {
                     s.waiter = nil
-                    handOver = (waiter, .success(data))
-                    taken = data.count
+                    if let first = s.buffer.popFirst() {
+                        // The oldest first; this one waits its turn.
+                        s.buffer.append(data)
+                        s.buffered += data.count - first.count
+                        handOver = (waiter, .success(first))
+                        taken = first.count
+                    } else {
+                        handOver = (waiter, .success(data))
+                        taken = data.count
+                    }
                 } else {
                     s.buffer.append(data)
+                    s.buffered += data.count
                 }
             }
             if done {
                 s.finished = true
                 s.error = error
-                if let waiter = s.waiter, s.buffer.isEmpty {
+                if let waiter = s.waiter {
                     s.waiter = nil
-                    handOver = (waiter, error.map { .failure($0) } ?? .success(nil))
+                    if let first = s.buffer.popFirst() {
+                        s.buffered -= first.count
+                        handOver = (waiter, .success(first))
+                        taken = first.count
+                    } else {
+                        handOver = (waiter, error.map { .failure($0) } ?? .success(nil))
+                    }
                 }
             }
         }
@@ -363,6 +411,7 @@ final class ChunkStream: Sendable {
                 var taken = 0
                 let operation = state.withLock { s -> ChannelOperation? in
                     if let chunk = s.buffer.popFirst() {
+                        s.buffered -= chunk.count
                         immediate = .success(chunk)
                         taken = chunk.count
                     } else if s.finished {

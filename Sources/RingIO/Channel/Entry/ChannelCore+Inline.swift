@@ -44,19 +44,20 @@ extension ChannelCore {
     func readNow(offset: Int64, length: Int) -> InlineRead {
         guard length > 0, length <= ChannelOperation.maxInlineRead else { return .submit(skipInlineTry: false) }
         if length <= SmallBlocks.size {
-            // A 4 KiB block, and the chunk's one leaf owns it: one object
-            // per read, no lock when this thread has an idle block.
-            var block: UnsafeMutableRawPointer?
+            // A 4 KiB block, and the chunk's one leaf owns it; in a read
+            // loop the thread's last leaf, once its chunk is gone: no
+            // allocation, no lock.
+            var small: DataChunk.SmallRead?
             let count = readNow(offset: offset, length: length) {
-                let taken = SmallBlocks.take()
-                block = taken
-                return taken
+                let memory = DataChunk.SmallRead(length: length)
+                small = memory
+                return memory.pointer
             }
             switch count {
             case .read(let total):
-                return .read(DataChunk(smallBlock: block!, count: total))
+                return .read(small!.chunk(count: total))
             case .submit(let skipInlineTry):
-                if let block { SmallBlocks.give(block) }
+                small?.giveBack()
                 return .submit(skipInlineTry: skipInlineTry)
             }
         }
@@ -128,6 +129,7 @@ extension ChannelCore {
     /// whose `deliver` queues its handler call (before the read ends on the
     /// entry, so that on one serial queue what starts after it calls its
     /// handler after it) or returns false to send it the usual way.
+    @inline(__always)
     private func readNow(offset: Int64, length: Int, handler: Bool = false,
                          _ destination: () -> UnsafeMutableRawPointer,
                          deliver: (FDEntry, Int) -> Bool = { _, _ in true }) -> InlineReadInto {
@@ -175,11 +177,11 @@ extension ChannelCore {
         }
         guard deliver(entry, total) else { return .submit(skipInlineTry: false) }
         delivered = true
-        entry.inlineReads.add(1, ordering: .relaxed)
+        entry.inlineReads.wrappingAdd(1, ordering: .relaxed)
         if handler {
-            entry.handlerInline.add(1, ordering: .relaxed)
+            entry.handlerInline.wrappingAdd(1, ordering: .relaxed)
         } else {
-            entry.awaitedInline.add(1, ordering: .relaxed)
+            entry.awaitedInline.wrappingAdd(1, ordering: .relaxed)
         }
         return .read(total)
     }
@@ -207,7 +209,7 @@ extension ChannelCore {
         }
         guard stream || base <= Int64.max - offset - Int64(length) else { return nil }
         let start = base + offset
-        entry.awaitedInline.add(1, ordering: .relaxed)
+        entry.awaitedInline.wrappingAdd(1, ordering: .relaxed)
         return data.withUnsafeBytes { bytes -> Result<Void, Errno> in
             var written = 0
             while written < length {

@@ -48,7 +48,7 @@ extension FDEntry {
         } else if error == .resourceTemporarilyUnavailable {
             learnNoWait(supported: true)
         }
-        inlineFallbacks.add(1, ordering: .relaxed)
+        inlineFallbacks.wrappingAdd(1, ordering: .relaxed)
     }
 
     /// What an inline read learned of the file system: `EOPNOTSUPP`, or any

@@ -40,7 +40,7 @@ extension ChannelOperation {
         do {
             let n = try Syscall.preadNowait(fd, into: buffer, at: offset)
             entry.learnNoWait(supported: true)
-            entry.inlineReads.add(1, ordering: .relaxed)
+            entry.inlineReads.wrappingAdd(1, ordering: .relaxed)
             return Int32(n)
         } catch {
             entry.inlineReadFailed(error)
