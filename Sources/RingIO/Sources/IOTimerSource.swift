@@ -11,13 +11,11 @@ import RingIOQueue
 /// Fire *n* is due at `deadline + n × interval`, whatever the lateness of
 /// earlier ones (no drift); a late delivery carries every fire it covers in
 /// `data`. A fire is never earlier than due. The timer arms the engine's
-/// timers (on io_uring, the ring's own timeouts: no thread per timer).
-/// While the engine may poll (`IOEngine.Configuration.idleSpin`, and
-/// the machine not busy), its ring thread wakes a few tens of microseconds
-/// before the deadline and polls the clock up to it, so that the thread
-/// wake-ups do not make the handler late; not while the engine's timers
-/// fire less than 500 µs apart (many timers), where the polling would
-/// cost more than it saves.
+/// timers: no thread per timer; an idle worker of the library's pool
+/// sleeps until the earliest deadline and then runs the handler itself,
+/// one thread wake-up per fire. While the machine is not busy it wakes a
+/// few tens of microseconds early and polls the clock up to the deadline,
+/// so that the wake-up does not make the handler late.
 ///
 /// ```swift
 /// let timer = IOTimerSource(queue: IOQueue(label: "tick"))
@@ -27,7 +25,7 @@ import RingIOQueue
 /// ```
 ///
 /// The corresponding libdispatch type is `DISPATCH_SOURCE_TYPE_TIMER`.
-public final class IOTimerSource: IOSource, @unchecked Sendable {
+public final class IOTimerSource: IOSource, TimerTarget, @unchecked Sendable {
     // @unchecked: `schedule` is `Locked`; `engine` is immutable.
 
     private struct Schedule {
@@ -111,19 +109,17 @@ public final class IOTimerSource: IOSource, @unchecked Sendable {
 
     /// Arms the engine's timer for the next fire of `generation`.
     private func armNext(_ generation: UInt64) {
-        guard let (next, leeway) = timer.withLock({ t -> (ContinuousClock.Instant, Duration)? in
+        guard let next = timer.withLock({ t -> ContinuousClock.Instant? in
             guard t.generation == generation, t.active, let next = t.next else { return nil }
-            return (next, t.leeway)
+            return next
         }) else { return }
         // A strong reference: the engine lets go of it when the timer fires
         // or is cancelled (`unregister`), and an active source keeps itself
         // alive until then anyway. (A weak one gave every source a side
-        // table: each retain and release of it, on the ring thread and in
-        // the queue, took the slow path; the most of the ring thread's time
-        // with 10,000 timers.)
-        let token = engine.timers.arm(deadline: next, leeway: leeway) { [self] in
-            fired(generation)
-        }
+        // table: each retain and release of it, in the timer service and
+        // in the queue, took the slow path; the most of the timer thread's
+        // time with 10,000 timers.)
+        let token = engine.timers.arm(deadline: next, target: self, argument: generation)
         let stale = timer.withLock { t -> Bool in
             guard t.generation == generation, t.active else { return true }
             t.token = token
@@ -132,8 +128,8 @@ public final class IOTimerSource: IOSource, @unchecked Sendable {
         if stale { engine.timers.cancel(token) }
     }
 
-    /// The engine's thread: counts the fires due by now and arms the next.
-    private func fired(_ generation: UInt64) {
+    /// A pool worker: counts the fires due by now and arms the next.
+    package func timerFired(_ generation: UInt64) {
         let now = ContinuousClock.now
         let fires = timer.withLock { t -> UInt? in
             guard t.generation == generation, t.active, let next = t.next else { return nil }

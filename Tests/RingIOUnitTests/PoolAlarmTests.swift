@@ -1,0 +1,78 @@
+import Synchronization
+import Testing
+import RingIOTestSupport
+@testable import RingIOQueue
+@testable import RingIOBase
+
+/// The worker pool's alarm: an idle worker sleeps until the deadline and
+/// fires on itself (the timer services' wake-up).
+@Suite("Worker pool alarms")
+struct PoolAlarmTests {
+    @Test("an alarm fires once, never before its deadline; a moved alarm fires at its new deadline only")
+    func firesOnceNeverEarly() {
+        let pool = WorkerPool.shared
+        let fires = Atomic<Int>(0)
+        let firedAt = Atomic<UInt64>(0)
+        let done = Latch()
+        let alarm = PoolAlarm {
+            firedAt.store(monotonicNanoseconds(), ordering: .relaxed)
+            if fires.add(1, ordering: .relaxed).newValue == 1 { done.signal() }
+        }
+        // First an hour away, then moved to 2 ms from now.
+        pool.schedule(alarm, atNanoseconds: monotonicNanoseconds() + 3_600_000_000_000)
+        let deadline = monotonicNanoseconds() + 2_000_000
+        pool.schedule(alarm, atNanoseconds: deadline)
+        #expect(done.wait(timeout: .seconds(300)))
+        let at = firedAt.load(ordering: .relaxed)
+        #expect(at >= deadline)
+        // A second alarm, later, fired after it: the first did not fire again.
+        let later = Latch()
+        let second = PoolAlarm { later.signal() }
+        pool.schedule(second, atNanoseconds: monotonicNanoseconds() + 5_000_000)
+        #expect(later.wait(timeout: .seconds(300)))
+        let count = fires.load(ordering: .relaxed)
+        #expect(count == 1)
+        pool.unschedule(alarm)
+    }
+
+    @Test("an unscheduled alarm does not fire")
+    func unscheduledDoesNotFire() {
+        let pool = WorkerPool.shared
+        let fired = Atomic<Bool>(false)
+        let alarm = PoolAlarm { fired.store(true, ordering: .relaxed) }
+        pool.schedule(alarm, atNanoseconds: monotonicNanoseconds() + 3_600_000_000_000)
+        pool.unschedule(alarm)
+        // Another alarm due now, and one after it, fire; the first never does.
+        let done = Latch()
+        let other = PoolAlarm { done.signal() }
+        pool.schedule(other, atNanoseconds: monotonicNanoseconds())
+        #expect(done.wait(timeout: .seconds(300)))
+        let didFire = fired.load(ordering: .relaxed)
+        #expect(!didFire)
+    }
+
+    @Test("an alarm due while every worker runs a job still fires (the watchdog keeps the alarms)")
+    func firesWhileEveryWorkerIsBusy() {
+        let pool = WorkerPool.shared
+        let count = pool.baseThreads
+        let started = Latch(count: count)
+        let release = Latch()
+        // Every base worker blocks in a job until the alarm has fired.
+        // (Other tests' jobs may take workers too: the watchdog then adds
+        // some, and these start on them.)
+        for _ in 0..<count {
+            pool.submit(.plain({
+                started.signal()
+                _ = release.wait(timeout: .seconds(300))
+            }, level: IOQueue.Priority.default.rawValue))
+        }
+        #expect(started.wait(timeout: .seconds(300)))
+        let fired = Latch()
+        let alarm = PoolAlarm {
+            fired.signal()
+            release.signal()
+        }
+        pool.schedule(alarm, atNanoseconds: monotonicNanoseconds() + 1_000_000)
+        #expect(fired.wait(timeout: .seconds(300)))
+    }
+}
