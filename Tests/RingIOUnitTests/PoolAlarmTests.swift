@@ -2,6 +2,7 @@ import Synchronization
 import Testing
 import RingIOTestSupport
 @testable import RingIOQueue
+@testable import RingIOEngine
 @testable import RingIOBase
 
 /// The worker pool's alarm: an idle worker sleeps until the deadline and
@@ -74,5 +75,43 @@ struct PoolAlarmTests {
         }
         pool.schedule(alarm, atNanoseconds: monotonicNanoseconds() + 1_000_000)
         #expect(fired.wait(timeout: .seconds(300)))
+    }
+}
+
+/// The engine's timer service on the pool's alarm.
+@Suite("Engine timer fires")
+struct EngineTimerFireTests {
+    @Test("one worker fires at a time: a second alarm during a fire leaves the due timers to the first")
+    func firesNeverOverlap() {
+        // Interval ticks fired on many workers at once hung LoadTests under
+        // ThreadSanitizer (see `EngineTimerService.alarmEnded`). Here the
+        // pool fires the first timer, whose fire waits; meanwhile this
+        // thread plays a second worker whose alarm ended when the second
+        // timer came due.
+        let timers = EngineTimerService()
+        let inside = Atomic<Int>(0)
+        let overlapped = Atomic<Bool>(false)
+        let firstRunning = Latch()
+        let release = Latch()
+        let secondFired = Latch()
+        let now = ContinuousClock.now
+        _ = timers.arm(deadline: now, leeway: .zero) {
+            inside.add(1, ordering: .sequentiallyConsistent)
+            firstRunning.signal()
+            _ = release.wait(timeout: .seconds(300))
+            inside.subtract(1, ordering: .sequentiallyConsistent)
+        }
+        _ = timers.arm(deadline: now + .milliseconds(1), leeway: .zero) {
+            if inside.load(ordering: .sequentiallyConsistent) != 0 { overlapped.store(true, ordering: .relaxed) }
+            secondFired.signal()
+        }
+        #expect(firstRunning.wait(timeout: .seconds(300)))
+        while ContinuousClock.now < now + .milliseconds(2) { sleepNanoseconds(100_000) }
+        timers.alarmEnded()
+        release.signal()
+        #expect(secondFired.wait(timeout: .seconds(300)))
+        let didOverlap = overlapped.load(ordering: .relaxed)
+        #expect(!didOverlap)
+        #expect(waitUntil(timeout: .seconds(300)) { timers.count == 0 })
     }
 }

@@ -64,6 +64,10 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
         var armed: UInt64 = 0
         /// The deadline the pool's alarm is scheduled for.
         var scheduled: Int64?
+        /// A worker runs fires now (`alarmEnded`): the alarm stays
+        /// unscheduled until it is done, which schedules it for the
+        /// earliest deadline then.
+        var firing = false
 
         mutating func add(_ fire: Fire) -> UInt64 {
             let slot: Int
@@ -159,7 +163,7 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
             let id = s.add(fire)
             s.armed &+= 1
             s.heap.push(when: d, sequence: s.armed, payload: id)
-            if s.scheduled.map({ d < $0 }) ?? true { schedule(d, &s) }
+            if !s.firing, s.scheduled.map({ d < $0 }) ?? true { schedule(d, &s) }
             return TimerToken(id: id)
         }
     }
@@ -186,22 +190,49 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
         pool.schedule(alarm, atNanoseconds: UInt64(Swift.max(monotonic, 0)))
     }
 
-    /// A pool worker: fires what is due and schedules the alarm for the next.
-    private func alarmEnded() {
+    /// A pool worker: fires what is due, then schedules the alarm for the
+    /// next deadline.
+    ///
+    /// One worker fires at a time: the alarm is scheduled again only when
+    /// the fires have run (timers armed meanwhile join the heap and are
+    /// scheduled then). Scheduling it before the fires, as a first version
+    /// did, let the next deadline's fires start on a second worker while
+    /// the first still ran its own, and with many channel intervals every
+    /// worker ran interval ticks at once. Under ThreadSanitizer that hung
+    /// `LoadTests`: there the Swift runtime's `once` never takes its fast
+    /// path and every generic metadata lookup (`InlineQueue<Slot>` in each
+    /// tick's invariant check) takes a process-wide priority-inheritance
+    /// futex, which hands the lock to the next waiter in turn; with a
+    /// dozen threads ticking, each lookup cost a context switch, the
+    /// workers looked blocked, the watchdog added workers (64), and each
+    /// one made the convoy longer. The ticks ran on the one ring thread
+    /// before the alarms, and now run on one worker at a time again.
+    ///
+    /// (A second call while one fires, which an `arm` racing the alarm's
+    /// end can schedule, fires nothing: the first schedules the alarm for
+    /// what is due when it is done.)
+    func alarmEnded() {
         var due: [Fire] = []
-        state.withLock { s in
+        let first = state.withLock { s -> Bool in
+            guard !s.firing else { return false }
             let t = now
             s.scheduled = nil
+            s.firing = true
             while let top = s.heap.first, top.when <= t {
                 s.heap.popFirst()
                 if let fire = s.take(top.payload) { due.append(fire) }
             }
+            return true
+        }
+        guard first else { return }
+        for fire in due { fire() }
+        state.withLock { s in
+            s.firing = false
             // Cancelled entries on top are dropped, so that the alarm is
             // for a live timer.
             while let top = s.heap.first, !s.isLive(top.payload) { s.heap.popFirst() }
             if let earliest = s.heap.first?.when { schedule(earliest, &s) }
         }
-        for fire in due { fire() }
     }
 }
 
