@@ -114,4 +114,34 @@ struct EngineTimerFireTests {
         #expect(!didOverlap)
         #expect(waitUntil(timeout: .seconds(300)) { timers.count == 0 })
     }
+
+    @Test("a pool job holding the last reference to a timer service: its deinit runs outside the pool's lock")
+    func lastReferenceInAJob() {
+        // The service's deinit unschedules its alarm, which takes the pool's
+        // lock: a worker that dropped its job under that lock deadlocked.
+        let pool = WorkerPool.shared
+        let released = Latch()
+        let ran = Latch()
+        weak var gone: EngineTimerService?
+        do {
+            let timers = EngineTimerService()
+            gone = timers
+            _ = timers.arm(deadline: .now + .seconds(3600), leeway: .zero) {}
+            pool.submit(.plain({
+                _ = released.wait(timeout: .seconds(300))
+                withExtendedLifetime(timers) {}
+                ran.signal()
+            }, level: IOQueue.Priority.default.rawValue))
+        }
+        released.signal()
+        #expect(ran.wait(timeout: .seconds(300)))
+        #expect(waitUntil(timeout: .seconds(300)) { gone == nil })
+        // The pool still takes jobs (from another thread: a deadlocked pool
+        // would block the submit itself).
+        let next = Latch()
+        spawnThread(name: "submitter") {
+            pool.submit(.plain({ next.signal() }, level: IOQueue.Priority.default.rawValue))
+        }
+        #expect(next.wait(timeout: .seconds(300)))
+    }
 }

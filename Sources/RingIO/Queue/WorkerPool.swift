@@ -198,7 +198,13 @@ package final class WorkerPool: @unchecked Sendable {
                 let spawnWatchdog = alarmsUnkept && needWatchdogLocked()
                 lock.unlock()
                 if spawnWatchdog { startWatchdog() }
-                run(job)
+                // `consume`: the job's references go here, outside the
+                // lock. Dropped after `lock.lock()` (where a debug build
+                // ends the binding's life), the last reference to an engine
+                // ran its timer service's deinit, which unschedules its
+                // alarm under this same lock: the worker deadlocked on
+                // itself, and every thread after it on the pool.
+                run(consume job)
                 lock.lock()
                 jobs.finished(level: level)
                 continue
