@@ -37,16 +37,10 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
 
     /// What a fire calls: a closure, or a target's `timerFired` with an
     /// argument (a timer source re-arming on every fire allocates nothing).
+    /// A target's timer repeats every `period` nanoseconds (0: once).
     private enum Fire {
         case closure(@Sendable () -> Void)
-        case target(any TimerTarget, UInt64)
-
-        func callAsFunction() {
-            switch self {
-            case .closure(let fire): fire()
-            case .target(let target, let argument): target.timerFired(argument)
-            }
-        }
+        case target(any TimerTarget, UInt64, period: Int64)
     }
 
     private struct State {
@@ -93,6 +87,17 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
             generations[slot] &+= 1
             freeSlots.append(slot)
             liveCount -= 1
+            return fire
+        }
+
+        /// The fire of live timer `id`, which is due: a closure's frees its
+        /// slot; a target's keeps it until `alarmEnded` knows whether it
+        /// repeats. Nil when it was cancelled.
+        mutating func fire(of id: UInt64) -> Fire? {
+            let slot = Int(id & 0xFFFF_FFFF)
+            guard slot < fires.count, generations[slot] == UInt32(truncatingIfNeeded: id >> 32),
+                  let fire = fires[slot] else { return nil }
+            if case .closure = fire { return take(id) }
             return fire
         }
 
@@ -152,10 +157,22 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
         arm(nanoseconds(deadline), .closure(fire))
     }
 
-    /// Arms a one-shot timer that calls `target.timerFired(argument)`, as
-    /// `arm(deadline:leeway:_:)` calls its closure.
-    package func arm(deadline: ContinuousClock.Instant, target: any TimerTarget, argument: UInt64) -> TimerToken {
-        arm(nanoseconds(deadline), .target(target, argument))
+    /// Arms a timer that calls `target.timerFired(argument, fires:)`, as
+    /// `arm(deadline:leeway:_:)` calls its closure; with an `interval`, again
+    /// at `deadline + n × interval` (the interval rounded up to a whole
+    /// nanosecond) until `timerFired` returns false or the token is
+    /// cancelled. The repeats keep the token, cost no arm, and are counted
+    /// in 64-bit nanoseconds (a late fire covers every repeat due by then).
+    package func arm(deadline: ContinuousClock.Instant, repeating interval: Duration?, target: any TimerTarget,
+                     argument: UInt64) -> TimerToken {
+        var period: Int64 = 0
+        if let interval {
+            let (seconds, attoseconds) = interval.components
+            let whole = seconds >= 9_000_000_000 ? Int64.max / 2
+                : seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000 &+ (attoseconds % 1_000_000_000 > 0 ? 1 : 0)
+            period = Swift.max(whole, 1)
+        }
+        return arm(nanoseconds(deadline), .target(target, argument, period: period))
     }
 
     private func arm(_ d: Int64, _ fire: Fire) -> TimerToken {
@@ -212,21 +229,53 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
     /// end can schedule, fires nothing: the first schedules the alarm for
     /// what is due when it is done.)
     func alarmEnded() {
-        var due: [Fire] = []
+        var due: [(id: UInt64, when: Int64, fire: Fire)] = []
+        var t: Int64 = 0
         let first = state.withLock { s -> Bool in
             guard !s.firing else { return false }
-            let t = now
+            t = now
             s.scheduled = nil
             s.firing = true
             while let top = s.heap.first, top.when <= t {
                 s.heap.popFirst()
-                if let fire = s.take(top.payload) { due.append(fire) }
+                if let fire = s.fire(of: top.payload) { due.append((top.payload, top.when, fire)) }
             }
             return true
         }
         guard first else { return }
-        for fire in due { fire() }
+        // A target's timer keeps its slot (and token) while it fires; a
+        // repeating one goes back on the heap at its next due time, all in
+        // one turn of the lock below.
+        var again: [(id: UInt64, when: Int64)] = []
+        var done: [UInt64] = []
+        for (id, when, fire) in due {
+            switch fire {
+            case .closure(let body):
+                body()
+            case .target(let target, let argument, let period):
+                guard period > 0 else {
+                    _ = target.timerFired(argument, fires: 1)
+                    done.append(id)
+                    continue
+                }
+                // Repeat n is due at when + n × period: every one due by
+                // `t` is this fire's; the next is the first still ahead.
+                let fires = t > when ? (t - when) / period + 1 : 1
+                let (product, over) = fires.multipliedReportingOverflow(by: period)
+                let (next, overNext) = when.addingReportingOverflow(product)
+                if target.timerFired(argument, fires: UInt(fires)) {
+                    again.append((id, over || overNext ? Int64.max : next))
+                } else {
+                    done.append(id)
+                }
+            }
+        }
         state.withLock { s in
+            for (id, when) in again where s.isLive(id) {
+                s.armed &+= 1
+                s.heap.push(when: when, sequence: s.armed, payload: id)
+            }
+            for id in done { _ = s.take(id) }
             s.firing = false
             // Cancelled entries on top are dropped, so that the alarm is
             // for a live timer.
@@ -239,6 +288,8 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
 /// What a timer of the engine can call instead of a closure (see
 /// `EngineTimerService.arm(deadline:target:argument:)`).
 package protocol TimerTarget: AnyObject, Sendable {
-    /// The timer armed with `argument` fired (on a pool worker).
-    func timerFired(_ argument: UInt64)
+    /// The timer armed with `argument` fired (on a pool worker), `fires`
+    /// times (a repeating timer's fires due by now). Returns whether a
+    /// repeating timer goes on (false: its token names nothing after).
+    func timerFired(_ argument: UInt64, fires: UInt) -> Bool
 }
