@@ -36,7 +36,7 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
     // set once, in `init`).
 
     /// What a fire calls: a closure, or a target's `timerFired` with an
-    /// argument (a timer source re-arming on every fire allocates nothing).
+    /// argument (a timer source allocates nothing per fire).
     /// A target's timer repeats every `period` nanoseconds (0: once).
     private enum Fire {
         case closure(@Sendable () -> Void)
@@ -286,7 +286,7 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
 }
 
 /// What a timer of the engine can call instead of a closure (see
-/// `EngineTimerService.arm(deadline:target:argument:)`).
+/// `EngineTimerService.arm(deadline:repeating:target:argument:)`).
 package protocol TimerTarget: AnyObject, Sendable {
     /// The timer armed with `argument` fired (on a pool worker), `fires`
     /// times (a repeating timer's fires due by now). Returns whether a
