@@ -125,6 +125,9 @@ static inline void cliburing_sqe_use_fixed_file(struct io_uring_sqe *sqe) { sqe-
 
 /// Names the calling thread (what ps, top and gdb show); at most 15 bytes are kept.
 static inline void cliburing_set_thread_name(const char *name) { prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0); }
+/// prctl(PR_SET_TIMERSLACK): how late the kernel may end the calling thread's timed
+/// sleeps to batch wake-ups (50 µs by default); 0, or -1 with errno set.
+static inline int cliburing_set_timer_slack(unsigned long nanoseconds) { return prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0); }
 /// futex(FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG): sleeps while `*word == expected`
 /// until a wake, a signal or the absolute CLOCK_MONOTONIC `deadline` (NULL: none);
 /// 0, or -1 with errno set (EAGAIN: the word differed; ETIMEDOUT; EINTR).

@@ -25,7 +25,15 @@ struct QueueAfterApplyTests {
     func afterNeverEarlyInOrder() {
         let queue = IOQueue(label: "after")
         let clock = ContinuousClock()
-        let start = clock.now
+        // The first asyncAfter of the process starts its scheduler and
+        // timer thread: warm up, then give the arming a base that outlasts
+        // it. Under ThreadSanitizer at load 30 the ten calls took over
+        // 300 ms once; every call that finds its deadline past queues its
+        // item at once, in call order, and the test saw that order.
+        let warm = Latch()
+        queue.asyncAfter(deadline: clock.now + .milliseconds(1)) { warm.signal() }
+        #expect(warm.wait(timeout: .seconds(300)))
+        let start = clock.now + .milliseconds(500)
         let log = Locked<[(Int, ContinuousClock.Instant)]>([])
         let done = Latch(count: 10)
         for i in [7, 3, 9, 1, 5, 2, 8, 4, 10, 6] {

@@ -71,3 +71,37 @@ package struct ThreadLocalPointer: Sendable {
         nonmutating set { pthread_setspecific(key, newValue) }
     }
 }
+
+/// A thread's kernel id, published once by the thread itself when it
+/// starts, and waited for by others (a signal source forwards signals to
+/// the thread that reads its signalfd, which may not have started yet).
+package final class PublishedThreadID: @unchecked Sendable {
+    // @unchecked: `id` is read and written only with `lock` held.
+    private let lock = ConditionLock()
+    private var id: Int32 = 0
+
+    package init() {}
+
+    /// Publishes `id` (the calling thread's) and wakes the waiters.
+    package func publish(_ id: Int32) {
+        lock.withLock {
+            self.id = id
+            lock.broadcast()
+        }
+    }
+
+    /// The id; 0 while not published.
+    package var value: Int32 { lock.withLock { id } }
+
+    /// The id, waiting up to `timeoutNanoseconds` for it; 0 when it was not
+    /// published in time.
+    package func wait(timeoutNanoseconds: UInt64) -> Int32 {
+        let deadline = monotonicNanoseconds() &+ timeoutNanoseconds
+        return lock.withLock {
+            while id == 0 {
+                if !lock.wait(untilNanoseconds: deadline) && id == 0 { return 0 }
+            }
+            return id
+        }
+    }
+}

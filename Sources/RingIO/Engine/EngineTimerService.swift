@@ -3,118 +3,135 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import CLiburing
 import Synchronization
 import RingIOBase
 import RingIOQueue
 
-/// The engine's timers: a heap of deadlines and one timeout request in the
-/// engine for the earliest of them.
+/// The engine's timers: a heap of deadlines and one `PoolAlarm` for the
+/// earliest of them.
 ///
 /// ```
-///  arm(d) ──▶ heap ──(earliest changed)──▶ one IORING_OP_TIMEOUT (absolute)
-///                                                   │ CQE
-///  fire() ◀── every entry due by now ◀── pop ◀──────┘  then re-arm for the next
+///  arm(d) ──▶ heap ──(earliest changed)──▶ the pool's alarm (an idle worker sleeps until it)
+///                                                   │ wakes
+///  fire() ◀── every entry due by now ◀── pop ◀──────┘  then re-schedules for the next
 /// ```
 ///
-/// - On io_uring the timeout is a ring request, so timers cost no thread:
-///   the ring thread sleeps in `io_uring_enter` until the earliest deadline
-///   or other work, and runs the due `fire` closures between reaps. On the
-///   thread-pool backend the same request waits on one worker.
-/// - One timeout for the earliest deadline, not one per timer: with 10,000
-///   armed timers a new earliest deadline costs a heap insert, a cancel and
-///   a new timeout; a deadline behind the earliest costs the insert only.
+/// - No thread per timer and no thread of its own: an idle pool worker
+///   sleeps until the earliest deadline, fires what is due and then runs
+///   the handlers those enqueue itself, so a fire costs one thread wake-up.
+///   (It was a ring timeout: the ring thread woke, then the worker it
+///   handed the handler to, two wake-ups per fire, each waiting for a CPU
+///   on a busy machine.) The same on both backends.
+/// - One alarm for the earliest deadline, not one per timer: with 10,000
+///   armed timers a deadline behind the earliest costs a heap insert only.
 ///   Cancelling a timer removes it from the table of live timers at once
 ///   and leaves its heap slot to be skipped when it reaches the top (the
 ///   heap is rebuilt when over half of it is dead).
 /// - Never early: the due check compares against `ContinuousClock.now`, so
-///   a timeout that the kernel ends a few nanoseconds before the Swift
-///   clock agrees (the two are read at slightly different moments) fires
-///   nothing and re-arms.
-/// - A deadline whose window (`deadline ... deadline + leeway`) holds the
-///   armed timeout does not move it: the timers share the wake-up.
+///   an alarm that ends a few nanoseconds before the Swift clock agrees
+///   fires nothing and is scheduled again.
+/// - `leeway` is accepted and not used: a fire is as early as it may be.
 package final class EngineTimerService: TimerService, @unchecked Sendable {
-    // @unchecked: `state` is `Locked` (its `IORequest`s are not Sendable
-    // values but are only handed to the backend); `backend`, `clock` and
-    // the base instants are immutable.
+    // @unchecked: `state` is `Locked`; the rest is immutable (`alarm` is
+    // set once, in `init`).
 
-    private struct Entry {
-        let deadline: Int64
-        let fire: @Sendable () -> Void
+    /// What a fire calls: a closure, or a target's `timerFired` with an
+    /// argument (a timer source allocates nothing per fire).
+    /// A target's timer repeats every `period` nanoseconds (0: once).
+    private enum Fire {
+        case closure(@Sendable () -> Void)
+        case target(any TimerTarget, UInt64, period: Int64)
     }
 
     private struct State {
-        /// Deadlines by timer id (ties: arming order, which is id order).
-        var heap = DeadlineHeap<Void>()
-        var live: [UInt64: Entry] = [:]
-        var nextID: UInt64 = 1
-        /// The timeout in the engine and its deadline.
-        var armed: (request: IORequest, deadline: Int64)?
-        /// The engine shut down (its timeout ended with `-ECANCELED`).
-        var dead = false
-        /// The engine's thread polls the clock up to the earliest deadline
-        /// (`spinTarget`) instead of a timeout: an `arm` for a deadline
-        /// after that one arms no timeout, one before it moves the target.
-        var spinning = false
-        /// How late the engine's thread wakes from a timeout, lately
-        /// (nanoseconds, a moving average): timeouts are armed this much
-        /// before their deadline while polling is allowed.
-        var wakeLatency: Int64 = 20_000
-        /// When the engine's thread last woke from a timeout.
-        var lastWake: Int64 = -1 << 62
-        /// Timeouts end often (less than `frequentWakes` apart): timers
-        /// fire one after another, so a wake-up is rarely late by its own
-        /// latency alone and polling would only burn the CPU that batching
-        /// the fires of one wake-up saves. Timeouts are then armed for
-        /// their deadline and nothing polls.
-        var frequent = false
-    }
+        /// Deadlines, each with its token as payload (ties: arming order).
+        var heap = DeadlineHeap<UInt64>()
+        /// The fires of the live timers, by slot (a token's low 32 bits);
+        /// nil: a free slot. (A dictionary by id cost a hash per arm, fire
+        /// and cancel: a few percent of the CPU with 10,000 timers.)
+        var fires: [Fire?] = []
+        /// Each slot's generation (a token's high 32 bits), bumped when the
+        /// slot is freed, so that a stale token names nothing.
+        var generations: [UInt32] = []
+        var freeSlots: [Int] = []
+        var liveCount = 0
+        var armed: UInt64 = 0
+        /// The deadline the pool's alarm is scheduled for.
+        var scheduled: Int64?
+        /// A worker runs fires now (`alarmEnded`): the alarm stays
+        /// unscheduled until it is done, which schedules it for the
+        /// earliest deadline then.
+        var firing = false
 
-    /// With `State.spinning`: the deadline the engine's thread polls for.
-    private let spinTarget = Atomic<Int64>(.max)
-    /// io_uring: the ring thread's idle poll, which also says whether
-    /// polling is allowed now (not while the machine is busy). nil: every
-    /// timeout is armed for its deadline exactly.
-    private let spin: IdleSpin?
-    /// The most a timeout is armed before its deadline.
-    static let maximumEarly: Int64 = 200_000
-    /// Timeouts ending closer together than this are `State.frequent`.
-    static let frequentWakes: Int64 = 500_000
+        mutating func add(_ fire: Fire) -> UInt64 {
+            let slot: Int
+            if let free = freeSlots.popLast() {
+                slot = free
+                fires[slot] = fire
+            } else {
+                slot = fires.count
+                fires.append(fire)
+                generations.append(0)
+            }
+            liveCount += 1
+            return UInt64(generations[slot]) << 32 | UInt64(slot)
+        }
+
+        /// The fire of live timer `id`, freeing its slot; nil when it fired
+        /// or was cancelled.
+        mutating func take(_ id: UInt64) -> Fire? {
+            let slot = Int(id & 0xFFFF_FFFF)
+            guard slot < fires.count, generations[slot] == UInt32(truncatingIfNeeded: id >> 32),
+                  let fire = fires[slot] else { return nil }
+            fires[slot] = nil
+            generations[slot] &+= 1
+            freeSlots.append(slot)
+            liveCount -= 1
+            return fire
+        }
+
+        /// The fire of live timer `id`, which is due: a closure's frees its
+        /// slot; a target's keeps it until `alarmEnded` knows whether it
+        /// repeats. Nil when it was cancelled.
+        mutating func fire(of id: UInt64) -> Fire? {
+            let slot = Int(id & 0xFFFF_FFFF)
+            guard slot < fires.count, generations[slot] == UInt32(truncatingIfNeeded: id >> 32),
+                  let fire = fires[slot] else { return nil }
+            if case .closure = fire { return take(id) }
+            return fire
+        }
+
+        func isLive(_ id: UInt64) -> Bool {
+            let slot = Int(id & 0xFFFF_FFFF)
+            return generations[slot] == UInt32(truncatingIfNeeded: id >> 32) && fires[slot] != nil
+        }
+    }
 
     private let state = Locked(State())
-    /// The engine's backend. It holds this service back only through the
-    /// timeout in flight, which its shutdown cancels.
-    private let backend: any EngineBackend
-    private let clock: clockid_t
-    /// `ContinuousClock` instants are measured from `base`; the kernel's
-    /// clock read just after it is `baseClockNanoseconds` (never earlier).
+    private let pool = WorkerPool.shared
+    private var alarm: PoolAlarm!
+    /// `ContinuousClock` instants are measured from `base`; CLOCK_MONOTONIC
+    /// read just after it is `baseMonotonic` (never earlier).
     private let base: ContinuousClock.Instant
-    private let baseClockNanoseconds: Int64
+    private let baseMonotonic: Int64
 
-    /// - Parameter spin: io_uring: wake early and poll up to each deadline
-    ///   (see `alarmEnded`); nil: the timeout is the deadline.
-    init(backend: any EngineBackend, clock: clockid_t, spin: IdleSpin? = nil) {
-        self.backend = backend
-        self.clock = clock
-        self.spin = spin
-        (self.base, self.baseClockNanoseconds) = Self.calibrate(clock)
+    init() {
+        (self.base, self.baseMonotonic) = Self.calibrate()
+        alarm = PoolAlarm { [weak self] in self?.alarmEnded() }
     }
 
-    /// A `ContinuousClock` instant and the kernel clock's reading just
+    deinit { pool.unschedule(alarm) }
+
+    /// A `ContinuousClock` instant and CLOCK_MONOTONIC's reading just
     /// after it, from the tightest of a few tries: a thread preempted (or
     /// a first vDSO call faulting) between the two reads would otherwise
     /// make every deadline late by that gap, for the engine's whole life.
-    private static func calibrate(_ clock: clockid_t) -> (ContinuousClock.Instant, Int64) {
-        func kernelNow() -> Int64 {
-            var t = timespec()
-            clock_gettime(clock, &t)
-            return Int64(t.tv_sec) * 1_000_000_000 + Int64(t.tv_nsec)
-        }
+    private static func calibrate() -> (ContinuousClock.Instant, Int64) {
         var best: (instant: ContinuousClock.Instant, after: Int64, width: Int64)?
         for _ in 0..<16 {
-            let before = kernelNow()
+            let before = Int64(monotonicNanoseconds())
             let instant = ContinuousClock.now
-            let after = kernelNow()
+            let after = Int64(monotonicNanoseconds())
             if best == nil || after - before < best!.width { best = (instant, after, after - before) }
         }
         return (best!.instant, best!.after)
@@ -133,159 +150,146 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
     }
 
     /// The number of timers armed and not yet fired or cancelled.
-    package var count: Int { state.withLock { $0.live.count } }
+    package var count: Int { state.withLock { $0.liveCount } }
 
     package func arm(deadline: ContinuousClock.Instant, leeway: Duration,
                      _ fire: @escaping @Sendable () -> Void) -> TimerToken {
-        let d = nanoseconds(deadline)
-        let slack = Int64(clamping: leeway.clampedNanoseconds)
-        let (token, submit, cancel) = state.withLock { s -> (TimerToken, IORequest?, IORequest?) in
-            let id = s.nextID
-            s.nextID += 1
-            s.live[id] = Entry(deadline: d, fire: fire)
-            s.heap.push(when: d, sequence: id, payload: ())
-            if s.spinning {
-                // The engine's thread is polling the clock: it takes this
-                // one too (sooner, if it is due first).
-                if d < spinTarget.load(ordering: .relaxed) { spinTarget.store(d, ordering: .relaxed) }
-                return (TimerToken(id: id), nil, nil)
-            }
-            if let armed = s.armed, armed.deadline >= d && armed.deadline - d <= slack {
-                return (TimerToken(id: id), nil, nil)
-            }
-            if let armed = s.armed, armed.deadline <= d {
-                return (TimerToken(id: id), nil, nil)
-            }
-            let old = s.armed?.request
-            let request = makeAlarm(d, early: early(s))
-            s.armed = (request, d)
-            return (TimerToken(id: id), request, old)
+        arm(nanoseconds(deadline), .closure(fire))
+    }
+
+    /// Arms a timer that calls `target.timerFired(argument, fires:)`, as
+    /// `arm(deadline:leeway:_:)` calls its closure; with an `interval`, again
+    /// at `deadline + n × interval` (the interval rounded up to a whole
+    /// nanosecond) until `timerFired` returns false or the token is
+    /// cancelled. The repeats keep the token, cost no arm, and are counted
+    /// in 64-bit nanoseconds (a late fire covers every repeat due by then).
+    package func arm(deadline: ContinuousClock.Instant, repeating interval: Duration?, target: any TimerTarget,
+                     argument: UInt64) -> TimerToken {
+        var period: Int64 = 0
+        if let interval {
+            let (seconds, attoseconds) = interval.components
+            let whole = seconds >= 9_000_000_000 ? Int64.max / 2
+                : seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000 &+ (attoseconds % 1_000_000_000 > 0 ? 1 : 0)
+            period = Swift.max(whole, 1)
         }
-        if let submit { backend.submit(submit) }
-        if let cancel { backend.submit(IORequest(.cancel(target: cancel)) { _ in }) }
-        return token
+        return arm(nanoseconds(deadline), .target(target, argument, period: period))
+    }
+
+    private func arm(_ d: Int64, _ fire: Fire) -> TimerToken {
+        state.withLock { s -> TimerToken in
+            let id = s.add(fire)
+            s.armed &+= 1
+            s.heap.push(when: d, sequence: s.armed, payload: id)
+            if !s.firing, s.scheduled.map({ d < $0 }) ?? true { schedule(d, &s) }
+            return TimerToken(id: id)
+        }
     }
 
     @discardableResult
     package func cancel(_ token: TimerToken) -> Bool {
         state.withLock { s in
-            guard s.live.removeValue(forKey: token.id) != nil else { return false }
-            if s.heap.count > 64 && s.heap.count > 2 * s.live.count {
-                s.heap.removeAll { s.live[$0.sequence] == nil }
+            guard s.take(token.id) != nil else { return false }
+            if s.heap.count > 64 && s.heap.count > 2 * s.liveCount {
+                var heap = s.heap
+                s.heap = DeadlineHeap()
+                heap.removeAll { !s.isLive($0.payload) }
+                s.heap = heap
             }
             return true
         }
     }
 
-    /// How early to arm a timeout, while polling is allowed (else 0): two
-    /// recent wake latencies, one for the ring thread and one for the
-    /// worker it wakes then, so that both are up by the deadline. Not
-    /// while timeouts end often (`State.frequent`).
-    private func early(_ s: State) -> Int64 {
-        guard !s.frequent, let spin, spin.allowed else { return 0 }
-        return Swift.min(Swift.max(2 * s.wakeLatency, 0), Self.maximumEarly)
+    /// Under the lock (the pool's lock nests inside it, so that two
+    /// schedules cannot land out of order): the alarm at `deadline`.
+    private func schedule(_ deadline: Int64, _ s: inout State) {
+        s.scheduled = deadline
+        let monotonic = baseMonotonic &+ deadline
+        pool.schedule(alarm, atNanoseconds: UInt64(Swift.max(monotonic, 0)))
     }
 
-    /// A timeout request for `deadline` (nanoseconds from `base`), armed
-    /// `early` nanoseconds before it.
-    private func makeAlarm(_ deadline: Int64, early: Int64) -> IORequest {
-        let kernelDeadline = deadline &- early
-        let storage = TimeoutStorage(nanoseconds: baseClockNanoseconds &+ kernelDeadline, deadline: kernelDeadline,
-                                     sleeps: kernelDeadline > now)
-        // The completion holds the service: the engine cancels the request
-        // when it shuts down, which ends the cycle.
-        return IORequest(.timeout(deadline: UnsafePointer(storage.pointer)), owner: storage) { [self] res in
-            alarmEnded(storage, res: res)
-        }
-    }
-
-    /// The engine's thread: fires what is due and arms the next timeout.
+    /// A pool worker: fires what is due, then schedules the alarm for the
+    /// next deadline.
     ///
-    /// A thread wakes from a timeout some tens of microseconds late (more
-    /// on a virtual machine), and the handler's worker as late again. So
-    /// while polling is allowed (`IdleSpin`: not on a busy machine) the
-    /// timeout is armed `wakeLatency` before the deadline; the engine's
-    /// thread then wakes a pool worker (which polls for its job) and polls
-    /// the clock up to the deadline itself (once per wake-up: the next
-    /// deadline gets a timeout, which may already be due, so that the
-    /// reap ends and hands the fires over). Never early: a fire waits
-    /// until `ContinuousClock.now` has reached its deadline.
-    private func alarmEnded(_ storage: TimeoutStorage, res: Int32) {
-        var woke = true
-        while true {
-            var due: [@Sendable () -> Void] = []
-            var pollUntil: Int64?
-            let next = state.withLock { s -> IORequest? in
-                let t = now
-                if woke {
-                    guard let armed = s.armed, armed.request.owner === storage else { return nil }  // replaced: stale
-                    s.armed = nil
-                    if res == -ECANCELED {
-                        // Cancelled though still the armed one: the engine shut down.
-                        s.dead = true
-                        return nil
-                    }
-                    if res == -ETIME && storage.sleeps {
-                        s.wakeLatency += (Swift.min(t - storage.deadline, 2 * Self.maximumEarly) - s.wakeLatency) / 8
-                    }
-                    if res == -ETIME {
-                        s.frequent = t - s.lastWake < Self.frequentWakes
-                        s.lastWake = t
-                    }
-                }
-                s.spinning = false
-                while let top = s.heap.first {
-                    if s.live[top.sequence] == nil {
-                        s.heap.popFirst()
-                        continue
-                    }
-                    if top.when > t { break }
-                    s.heap.popFirst()
-                    if let e = s.live.removeValue(forKey: top.sequence) { due.append(e.fire) }
-                }
-                guard let earliest = s.heap.first?.when else { return nil }
-                let early = early(s)
-                if woke && early > 0 && earliest - t <= early {
-                    s.spinning = true
-                    spinTarget.store(earliest, ordering: .relaxed)
-                    pollUntil = earliest
-                    return nil
-                }
-                let request = makeAlarm(earliest, early: early)
-                s.armed = (request, earliest)
-                return request
+    /// One worker fires at a time: the alarm is scheduled again only when
+    /// the fires have run (timers armed meanwhile join the heap and are
+    /// scheduled then). Scheduling it before the fires, as a first version
+    /// did, let the next deadline's fires start on a second worker while
+    /// the first still ran its own, and with many channel intervals every
+    /// worker ran interval ticks at once. Under ThreadSanitizer that hung
+    /// `LoadTests`: there the Swift runtime's `once` never takes its fast
+    /// path and every generic metadata lookup (`InlineQueue<Slot>` in each
+    /// tick's invariant check) takes a process-wide priority-inheritance
+    /// futex, which hands the lock to the next waiter in turn; with a
+    /// dozen threads ticking, each lookup cost a context switch, the
+    /// workers looked blocked, the watchdog added workers (64), and each
+    /// one made the convoy longer. The ticks ran on the one ring thread
+    /// before the alarms, and now run on one worker at a time again.
+    ///
+    /// (A second call while one fires, which an `arm` racing the alarm's
+    /// end can schedule, fires nothing: the first schedules the alarm for
+    /// what is due when it is done.)
+    func alarmEnded() {
+        var due: [(id: UInt64, when: Int64, fire: Fire)] = []
+        var t: Int64 = 0
+        let first = state.withLock { s -> Bool in
+            guard !s.firing else { return false }
+            t = now
+            s.scheduled = nil
+            s.firing = true
+            while let top = s.heap.first, top.when <= t {
+                s.heap.popFirst()
+                if let fire = s.fire(of: top.payload) { due.append((top.payload, top.when, fire)) }
             }
-            if let next { backend.submit(next) }
-            for fire in due { fire() }
-            guard pollUntil != nil, let spin else { return }
-            if woke { WorkerPool.shared.prewake() }
-            woke = false
-            // Up to the spin budget; then (or when preempted) the loop
-            // looks again, and arms a timeout for what is not yet due.
-            _ = spin.poll { now >= spinTarget.load(ordering: .relaxed) }
+            return true
+        }
+        guard first else { return }
+        // A target's timer keeps its slot (and token) while it fires; a
+        // repeating one goes back on the heap at its next due time, all in
+        // one turn of the lock below.
+        var again: [(id: UInt64, when: Int64)] = []
+        var done: [UInt64] = []
+        for (id, when, fire) in due {
+            switch fire {
+            case .closure(let body):
+                body()
+            case .target(let target, let argument, let period):
+                guard period > 0 else {
+                    _ = target.timerFired(argument, fires: 1)
+                    done.append(id)
+                    continue
+                }
+                // Repeat n is due at when + n × period: every one due by
+                // `t` is this fire's; the next is the first still ahead.
+                let fires = t > when ? (t - when) / period + 1 : 1
+                let (product, over) = fires.multipliedReportingOverflow(by: period)
+                let (next, overNext) = when.addingReportingOverflow(product)
+                if target.timerFired(argument, fires: UInt(fires)) {
+                    again.append((id, over || overNext ? Int64.max : next))
+                } else {
+                    done.append(id)
+                }
+            }
+        }
+        state.withLock { s in
+            for (id, when) in again where s.isLive(id) {
+                s.armed &+= 1
+                s.heap.push(when: when, sequence: s.armed, payload: id)
+            }
+            for id in done { _ = s.take(id) }
+            s.firing = false
+            // Cancelled entries on top are dropped, so that the alarm is
+            // for a live timer.
+            while let top = s.heap.first, !s.isLive(top.payload) { s.heap.popFirst() }
+            if let earliest = s.heap.first?.when { schedule(earliest, &s) }
         }
     }
 }
 
-/// The `__kernel_timespec` a timeout request points at, alive until its
-/// completion (the request's owner).
-private final class TimeoutStorage: Sendable {
-    // `Sendable`: the pointer is written once, here, before the request is
-    // submitted; afterwards only the kernel reads it.
-    nonisolated(unsafe) let pointer: UnsafeMutablePointer<__kernel_timespec>
-    /// The timeout's moment in the service's nanoseconds (for its wake latency).
-    let deadline: Int64
-    /// The moment was ahead when the timeout was made: its end is a
-    /// wake-up whose latency the service learns (not an overdue timer's).
-    let sleeps: Bool
-
-    init(nanoseconds: Int64, deadline: Int64, sleeps: Bool) {
-        self.deadline = deadline
-        self.sleeps = sleeps
-        pointer = .allocate(capacity: 1)
-        let ns = max(0, nanoseconds)
-        pointer.initialize(to: __kernel_timespec(tv_sec: ns / 1_000_000_000, tv_nsec: ns % 1_000_000_000))
-    }
-
-    deinit { pointer.deallocate() }
+/// What a timer of the engine can call instead of a closure (see
+/// `EngineTimerService.arm(deadline:repeating:target:argument:)`).
+package protocol TimerTarget: AnyObject, Sendable {
+    /// The timer armed with `argument` fired (on a pool worker), `fires`
+    /// times (a repeating timer's fires due by now). Returns whether a
+    /// repeating timer goes on (false: its token names nothing after).
+    func timerFired(_ argument: UInt64, fires: UInt) -> Bool
 }

@@ -137,8 +137,8 @@ public final class IOEngine: Sendable {
     public let queue: IOQueue
     /// The cap on read buffers held by reads in flight (`ReadBudget`).
     package let readBudget: ReadBudget
-    /// The engine's timers (timer sources, channel intervals, and, on
-    /// io_uring, `asyncAfter`): a heap and one timeout request.
+    /// The engine's timers (timer sources, channel intervals, and, for the
+    /// shared engine, `asyncAfter`): a heap and one alarm of the worker pool.
     package let timers: EngineTimerService
     #if DEBUG
     /// Debug builds: faults tests inject into this engine's requests.
@@ -148,11 +148,11 @@ public final class IOEngine: Sendable {
     private static let _shared: IOEngine = {
         let engine = (try? IOEngine(configuration: Configuration()))
             ?? IOEngine(threadPoolBecause: "io_uring could not be set up")
-        // The shared engine's ring keeps the library's timers (asyncAfter,
-        // channel intervals): no timer thread. Only the shared engine's: it
-        // lives as long as the process, where another engine's service
-        // would stop firing when that engine is released.
-        if engine.backend == .ioUring { TimerServices.install(engine.timers) }
+        // The shared engine keeps the library's timers (asyncAfter, channel
+        // intervals): no timer thread. Only the shared engine's: it lives
+        // as long as the process, where another engine's service would
+        // stop firing when that engine is released.
+        TimerServices.install(engine.timers)
         if let reason = engine.fallbackReason, getenv("RINGIO_QUIET") == nil {
             let line = "RingIO: using the thread-pool backend: \(reason)\n"
             _ = Array(line.utf8).withUnsafeBytes { try? Syscall.write(2, from: $0) }
@@ -194,8 +194,7 @@ public final class IOEngine: Sendable {
                 self.core = uring
                 self.queue = IOQueue(label: "ringio.engine", runner: uring)
                 self.readBudget = ReadBudget(limit: configuration.readBufferLimit, queue: queue)
-                self.timers = EngineTimerService(backend: uring, clock: uring.timeoutClock,
-                                                 spin: RingTuning.fromEnvironment.timersWakeEarly ? uring.spin : nil)
+                self.timers = EngineTimerService()
                 self.backend = .ioUring
                 self.fallbackReason = nil
                 return
@@ -209,7 +208,7 @@ public final class IOEngine: Sendable {
         self.core = pool
         self.queue = IOQueue(label: "ringio.engine")
         self.readBudget = ReadBudget(limit: configuration.readBufferLimit, queue: queue)
-        self.timers = EngineTimerService(backend: pool, clock: CLOCK_BOOTTIME)
+        self.timers = EngineTimerService()
         self.backend = .threadPool
         self.fallbackReason = reason
     }
@@ -220,7 +219,7 @@ public final class IOEngine: Sendable {
         self.core = pool
         self.queue = IOQueue(label: "ringio.engine")
         self.readBudget = ReadBudget(limit: ReadBudget.defaultLimit, queue: queue)
-        self.timers = EngineTimerService(backend: pool, clock: CLOCK_BOOTTIME)
+        self.timers = EngineTimerService()
         self.backend = .threadPool
         self.fallbackReason = reason
     }
@@ -339,11 +338,11 @@ public final class IOEngine: Sendable {
 
     /// The id of the thread that runs the completions of `.pollMultishot`
     /// watches (the ring thread, or the thread-pool backend's readiness
-    /// loop once it runs); 0 before that. Signal sources forward signals
-    /// to it.
-    package var watchThreadID: Int32 {
-        if let uring { return uring.threadID.load(ordering: .acquiring) }
-        return (core as? ThreadPoolBackend)?.readiness.threadID.load(ordering: .acquiring) ?? 0
+    /// loop once it runs), waiting up to `timeoutNanoseconds` for it to
+    /// start; 0 when it did not. Signal sources forward signals to it.
+    package func watchThreadID(timeoutNanoseconds: UInt64) -> Int32 {
+        if let uring { return uring.threadID.wait(timeoutNanoseconds: timeoutNanoseconds) }
+        return (core as? ThreadPoolBackend)?.readiness.threadID.wait(timeoutNanoseconds: timeoutNanoseconds) ?? 0
     }
 
     /// State that layers above keep per engine (the signal sources' signalfd,

@@ -34,7 +34,7 @@ final class ReadinessLoop: @unchecked Sendable {
     private var stopping = false
     private let wakeFD: Int32
     /// The loop thread's id, once it runs (signals are forwarded to it).
-    let threadID = Atomic<Int32>(0)
+    let threadID = PublishedThreadID()
 
     init() {
         wakeFD = (try? Syscall.eventfd(flags: Int32(EFD_CLOEXEC | EFD_NONBLOCK))) ?? -1
@@ -101,7 +101,7 @@ final class ReadinessLoop: @unchecked Sendable {
     }
 
     private func run() {
-        threadID.store(cliburing_gettid(), ordering: .releasing)
+        threadID.publish(cliburing_gettid())
         var fds: [pollfd] = []
         var requests: [IORequest] = []
         while true {

@@ -98,16 +98,12 @@ extension UringBackend {
 
 /// The ring setup asked for in the environment, for benchmarks:
 /// `RINGIO_RING_SETUP` (`coop`: start from COOP_TASKRUN; `plain`: no flags)
-/// `RINGIO_RING_FD=0` (leave the ring's fd unregistered) and
-/// `RINGIO_TIMER_EARLY=0` (timeouts at their deadline), `RINGIO_RING_POLL=0`
+/// `RINGIO_RING_FD=0` (leave the ring's fd unregistered) and `RINGIO_RING_POLL=0`
 /// (no poll for completions before a wait). Unset: the
 /// best setup the kernel takes, with the ring's fd registered.
 struct RingTuning {
     var skipSetups = 0
     var registerRingFD = true
-    /// `RINGIO_TIMER_EARLY=0`: timeouts armed for their deadline exactly
-    /// (no early wake-up and poll: see `EngineTimerService.alarmEnded`).
-    var timersWakeEarly = true
     /// `RINGIO_RING_POLL=0`: the ring thread never polls the TASKRUN flag
     /// before a wait (see `UringBackend.pollForCompletion`).
     var pollsBeforeWaiting = true
@@ -118,7 +114,6 @@ struct RingTuning {
             tuning.skipSetups = value == "coop" ? 1 : value == "plain" ? 2 : 0
         }
         if let value = getenv("RINGIO_RING_FD"), String(cString: value) == "0" { tuning.registerRingFD = false }
-        if let value = getenv("RINGIO_TIMER_EARLY"), String(cString: value) == "0" { tuning.timersWakeEarly = false }
         if let value = getenv("RINGIO_RING_POLL"), String(cString: value) == "0" { tuning.pollsBeforeWaiting = false }
         return tuning
     }

@@ -64,7 +64,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
     /// holds for the next `io_uring_enter` show in the SQ ring's flags.
     let taskrunFlag: Bool
     /// The thread id of the ring thread (for signals forwarded to it).
-    let threadID = Atomic<Int32>(0)
+    let threadID = PublishedThreadID()
 
     // Ring thread only. `@exclusivity(unchecked)` here and below: each of
     // these is touched by one thread or under `lock`, so the runtime's
@@ -222,7 +222,7 @@ final class UringBackend: EngineBackend, @unchecked Sendable {
         results.reserveCapacity(256)
         var cancelledEverything = false
         markRingThread()
-        threadID.store(cliburing_gettid(), ordering: .releasing)
+        threadID.publish(cliburing_gettid())
 
         while true {
             // 1. Take what arrived.

@@ -15,7 +15,7 @@ import RingIOBase
 ///  queue.async ◀── every item due by now ◀── pool job ◀── one pool job
 /// ```
 ///
-/// The service's thread (the ring thread, or the fallback's timer thread)
+/// The service's thread (a pool worker, or the fallback's timer thread)
 /// does one thing per expiry, whatever the number of items due: it submits
 /// one pool job. That job takes the due items off the heap, hands them to
 /// their queues in one batch and arms the service for the next deadline.

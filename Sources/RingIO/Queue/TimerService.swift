@@ -3,12 +3,12 @@
 /// per pending timer.
 ///
 /// The queue layer defines it and keeps a fallback; the engine, a layer
-/// above, installs one that arms the ring's own timeouts when it starts.
+/// above, installs its own (on the worker pool's alarm) when it starts.
 package protocol TimerService: AnyObject, Sendable {
     /// Arms a one-shot timer: `fire` runs once, never before `deadline` and,
     /// on a machine that is not overloaded, no later than `deadline + leeway`.
     ///
-    /// `fire` runs on the service's own thread (the ring thread, or the
+    /// `fire` runs on the service's own thread (a pool worker, or the
     /// fallback's timer thread) and must be short: it enqueues work, nothing
     /// more.
     ///

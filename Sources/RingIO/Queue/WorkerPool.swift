@@ -37,7 +37,9 @@ package enum PoolJob: Sendable {
 /// after the previous one starts without a thread wake-up (not while the
 /// machine is busy: see `IdleSpin`); a submit that finds the poller silent
 /// for `IdleSpin.stallNanoseconds` (preempted) wakes a sleeper instead of
-/// leaving the job to it. A blocked work item therefore
+/// leaving the job to it. One idle worker also keeps the timers' alarms
+/// (`PoolAlarm`): it sleeps until the earliest deadline and runs what fires
+/// itself. A blocked work item therefore
 /// delays other queues by a few milliseconds at most; it cannot starve them.
 package final class WorkerPool: @unchecked Sendable {
     // @unchecked: every stored `var` is read and written only with `lock` held.
@@ -56,22 +58,41 @@ package final class WorkerPool: @unchecked Sendable {
     /// The polling, paused while the machine is busy (see `IdleSpin`).
     let spin = IdleSpin(budget: WorkerPool.spinNanoseconds)
 
-    private let lock = ConditionLock()
-    private let watchdogCondition: Condition
-    private var jobs: PriorityJobs
-    private var threads = 0
-    private var idle = 0
+    let lock = ConditionLock()
+    let watchdogCondition: Condition
+    var jobs: PriorityJobs
+    var threads = 0
+    /// Workers asleep on `lock`'s condition (not the keeper).
+    var idle = 0
     private var started: UInt64 = 0
     /// A worker is polling for work instead of sleeping (at most one at a time).
-    private var spinning = false
+    var spinning = false
     /// Bumped by every submit; what the spinning worker polls.
-    private let submissions = Atomic<UInt64>(0)
-    private var watchdogRunning = false
-    private var watchdogAsleep = false
+    let submissions = Atomic<UInt64>(0)
+    var watchdogRunning = false
+    var watchdogAsleep = false
+    /// The alarms scheduled (`PoolAlarm`), and the earliest of their
+    /// deadlines (`.max`: none; an atomic, for the polling worker).
+    var alarms: [PoolAlarm] = []
+    let earliestAlarm = Atomic<UInt64>(.max)
+    /// An idle worker sleeps on `keeperCondition` until the earliest alarm
+    /// (`keeperUntil`).
+    var keeperWaiting = false
+    var keeperUntil: UInt64 = 0
+    let keeperCondition: Condition
+    /// How late the keeper wakes from its timed sleep, lately (a moving average).
+    var keeperWakeLatency: UInt64 = 20_000
+    /// Workers firing alarms now (they take the jobs those submit).
+    var firingWorkers = 0
+    /// When an alarm last fired, and whether alarms fire often (see
+    /// `keepAlarms`).
+    var lastAlarmFire: UInt64 = 0
+    var alarmsFrequent = false
     let baseThreads: Int
 
     private init() {
         watchdogCondition = Condition(lock: lock)
+        keeperCondition = Condition(lock: lock)
         let cores = Syscall.onlineProcessors()
         baseThreads = Swift.max(2, cores)
         jobs = PriorityJobs(backgroundWidth: Swift.max(1, baseThreads - 1))
@@ -97,16 +118,19 @@ package final class WorkerPool: @unchecked Sendable {
         lock.lock()
         add(&jobs)
         submissions.add(1, ordering: .releasing)
-        if spinning && idle > 0 && jobs.hasStartable && spin.pollerStalled(now: monotonicNanoseconds()) {
+        if spinning && (idle > 0 || keeperWaiting) && jobs.hasStartable
+            && spin.pollerStalled(now: monotonicNanoseconds()) {
             // The polling worker has not looked for 50 µs: it lost its CPU
             // (beside busy threads, for a time slice). A sleeper takes the
             // job instead.
-            lock.signal()
-        } else if spinning || !jobs.hasStartable {
-            // The spinning worker takes it; or it is a `.background` job
-            // that waits for a running one to end (that worker takes it).
-        } else if idle > 0 {
-            lock.signal()
+            wakeOneLocked()
+        } else if spinning || firingWorkers > 0 || !jobs.hasStartable {
+            // The spinning worker takes it, or the worker firing alarms
+            // (this is one of the jobs they enqueue); or it is a
+            // `.background` job that waits for a running one to end (that
+            // worker takes it).
+        } else if idle > 0 || keeperWaiting {
+            wakeOneLocked()
         } else if threads < baseThreads {
             threads += 1
             spawn = true
@@ -118,7 +142,7 @@ package final class WorkerPool: @unchecked Sendable {
         // pool is in use; it sleeps only after a second of complete idleness,
         // and the next submit wakes it.
         if !watchdogRunning {
-            if jobs.count > idle + (spinning ? 1 : 0) + (spawn ? 1 : 0)
+            if jobs.count > idle + (keeperWaiting ? 1 : 0) + (spinning ? 1 : 0) + firingWorkers + (spawn ? 1 : 0)
                 || (jobs.backgroundFull && jobs.waitingBackground > 0) {
                 watchdogRunning = true
                 spawnWatchdog = true
@@ -132,23 +156,20 @@ package final class WorkerPool: @unchecked Sendable {
         if spawnWatchdog { startWatchdog() }
     }
 
-    /// Wakes one sleeping worker to poll for work, for a job expected
-    /// within microseconds (a timer about to fire): the job then starts
-    /// without a wake-up of its own. Nothing when a worker polls already,
-    /// none sleeps, or polling is paused (a busy machine).
-    package func prewake() {
-        lock.lock()
-        if !spinning && idle > 0 && spin.allowed { lock.signal() }
-        lock.unlock()
+    /// Under the lock: wakes a sleeping worker, or else the keeper (which
+    /// then leaves the alarms to the watchdog while it runs the job).
+    @inline(__always)
+    func wakeOneLocked() {
+        if idle > 0 { lock.signal() } else if keeperWaiting { keeperCondition.signal() }
     }
 
-    private func startWatchdog() {
+    func startWatchdog() {
         if spawnThread(name: "ringio-watchdog", { [self] in watchdogLoop() }) != 0 {
             lock.withLock { watchdogRunning = false }
         }
     }
 
-    private func startWorker(extra: Bool) {
+    func startWorker(extra: Bool) {
         let rc = spawnThread(name: "ringio-worker") { [self] in workerLoop(extra: extra) }
         if rc != 0 {
             // No thread (resource limit): the work waits for the existing
@@ -164,28 +185,53 @@ package final class WorkerPool: @unchecked Sendable {
     }
 
     private func workerLoop(extra: Bool) {
+        // Timed sleeps (the alarm keeper's) end on time, not up to 50 µs late.
+        try? Syscall.setTimerSlack(nanoseconds: 1_000)
+        Self.workerMarker.value = UnsafeMutableRawPointer(bitPattern: 1)
         lock.lock()
         while true {
             if let (job, level) = jobs.popFirst() {
                 started &+= 1
-                if jobs.hasStartable && idle > 0 && !spinning { lock.signal() }
+                if jobs.hasStartable && !spinning { wakeOneLocked() }
+                // No worker keeps the alarms while this one runs its job:
+                // the watchdog does (see `PoolAlarm`).
+                let spawnWatchdog = alarmsUnkept && needWatchdogLocked()
                 lock.unlock()
-                run(job)
+                if spawnWatchdog { startWatchdog() }
+                // `consume`: the job's references go here, outside the
+                // lock. Dropped after `lock.lock()` (where a debug build
+                // ends the binding's life), the last reference to an engine
+                // ran its timer service's deinit, which unschedules its
+                // alarm under this same lock: the worker deadlocked on
+                // itself, and every thread after it on the pool.
+                run(consume job)
                 lock.lock()
                 jobs.finished(level: level)
                 continue
             }
+            if fireDueAlarm(byWorker: true) { continue }
             if !spinning && spin.allowed {
                 // Poll for a short while before sleeping: waking a sleeping
                 // thread costs 5–50 µs, more than most handlers take.
                 spinning = true
                 spin.announce(now: monotonicNanoseconds())
                 let seen = submissions.load(ordering: .acquiring)
+                // (Frequent alarms wait for the keeper's wake-up, in batches.)
+                let watchAlarms = !alarmsFrequent
                 lock.unlock()
-                _ = spin.poll { submissions.load(ordering: .acquiring) != seen }
+                _ = spin.poll {
+                    submissions.load(ordering: .acquiring) != seen
+                        || (watchAlarms && monotonicNanoseconds() >= earliestAlarm.load(ordering: .relaxed))
+                }
                 lock.lock()
                 spinning = false
-                if jobs.hasStartable { continue }
+                if jobs.hasStartable || (!alarmsFrequent && earliestAlarm.load(ordering: .relaxed) <= monotonicNanoseconds()) {
+                    continue
+                }
+            }
+            if !extra && !keeperWaiting && !spinning && earliestAlarm.load(ordering: .relaxed) != .max {
+                keepAlarms()
+                continue
             }
             idle += 1
             if extra {
@@ -216,13 +262,14 @@ package final class WorkerPool: @unchecked Sendable {
     }
 
     private func watchdogLoop() {
+        try? Syscall.setTimerSlack(nanoseconds: 1_000)
         lock.lock()
         var idleSince: UInt64?
         var backgroundSeen = jobs.backgroundProgress
         var backgroundSince = monotonicNanoseconds()
         while true {
             let now = monotonicNanoseconds()
-            let poolIdle = jobs.isEmpty && idle + (spinning ? 1 : 0) == threads
+            let poolIdle = jobs.isEmpty && idle + (spinning ? 1 : 0) + (keeperWaiting ? 1 : 0) == threads
             if poolIdle {
                 if let since = idleSince, now - since > Self.watchdogSleepAfterNanoseconds {
                     watchdogAsleep = true
@@ -246,10 +293,20 @@ package final class WorkerPool: @unchecked Sendable {
                 backgroundSince = now
                 if idle > 0 { lock.signal() }
             }
+            if alarmsUnkept, earliestAlarm.load(ordering: .relaxed) <= now {
+                // Every worker runs a job: none keeps the alarms. A sleeper
+                // (an extra worker) fires them and takes their jobs; else
+                // this thread fires them.
+                if idle > 0 { lock.signal() } else { fireDueAlarm(byWorker: false) }
+            }
             let before = started
-            let waiting = jobs.hasStartable && idle == 0
-            _ = watchdogCondition.wait(untilNanoseconds: now + Self.stallNanoseconds)
-            if waiting && jobs.hasStartable && idle == 0 && started == before && threads < Self.maximumThreads {
+            let waiting = jobs.hasStartable && idle == 0 && !keeperWaiting
+            var until = now + Self.stallNanoseconds
+            if alarmsUnkept {
+                until = Swift.min(until, earliestAlarm.load(ordering: .relaxed) &+ Self.keeperlessGraceNanoseconds)
+            }
+            _ = watchdogCondition.wait(untilNanoseconds: until)
+            if waiting && jobs.hasStartable && idle == 0 && !keeperWaiting && started == before && threads < Self.maximumThreads {
                 // Jobs have waited a whole period with every worker busy and
                 // none started: the workers are blocked. Add one.
                 threads += 1

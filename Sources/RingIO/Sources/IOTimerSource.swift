@@ -11,13 +11,11 @@ import RingIOQueue
 /// Fire *n* is due at `deadline + n × interval`, whatever the lateness of
 /// earlier ones (no drift); a late delivery carries every fire it covers in
 /// `data`. A fire is never earlier than due. The timer arms the engine's
-/// timers (on io_uring, the ring's own timeouts: no thread per timer).
-/// While the engine may poll (`IOEngine.Configuration.idleSpin`, and
-/// the machine not busy), its ring thread wakes a few tens of microseconds
-/// before the deadline and polls the clock up to it, so that the thread
-/// wake-ups do not make the handler late; not while the engine's timers
-/// fire less than 500 µs apart (many timers), where the polling would
-/// cost more than it saves.
+/// timers: no thread per timer; an idle worker of the library's pool
+/// sleeps until the earliest deadline and then runs the handler itself,
+/// one thread wake-up per fire. While the machine is not busy it wakes a
+/// few tens of microseconds early and polls the clock up to the deadline,
+/// so that the wake-up does not make the handler late.
 ///
 /// ```swift
 /// let timer = IOTimerSource(queue: IOQueue(label: "tick"))
@@ -27,13 +25,15 @@ import RingIOQueue
 /// ```
 ///
 /// The corresponding libdispatch type is `DISPATCH_SOURCE_TYPE_TIMER`.
-public final class IOTimerSource: IOSource, @unchecked Sendable {
+public final class IOTimerSource: IOSource, TimerTarget, @unchecked Sendable {
     // @unchecked: `schedule` is `Locked`; `engine` is immutable.
 
     private struct Schedule {
         /// Registered (activated and not cancelled).
         var active = false
-        /// The next fire; nil when not scheduled, or a one-shot has fired.
+        /// The first fire of the schedule; nil when not scheduled, or a
+        /// one-shot has fired. (A repeating timer's later fires are the
+        /// engine's: it re-arms it every `interval`.)
         var next: ContinuousClock.Instant?
         var interval: Duration?
         var leeway = Duration.zero
@@ -66,7 +66,8 @@ public final class IOTimerSource: IOSource, @unchecked Sendable {
     /// - Parameters:
     ///   - deadline: the first fire. A deadline in the past fires at once.
     ///   - interval: the period of a repeating timer; nil for one fire.
-    ///     Intervals under 1 µs are taken as 1 µs.
+    ///     Intervals under 1 µs are taken as 1 µs; a fraction of a
+    ///     nanosecond is rounded up to a whole one.
     ///   - leeway: how late a fire may be to share a wake-up with other
     ///     timers; fires are never early.
     ///
@@ -109,21 +110,21 @@ public final class IOTimerSource: IOSource, @unchecked Sendable {
         if let token { engine.timers.cancel(token) }
     }
 
-    /// Arms the engine's timer for the next fire of `generation`.
+    /// Arms the engine's timer for the fires of `generation`.
     private func armNext(_ generation: UInt64) {
-        guard let (next, leeway) = timer.withLock({ t -> (ContinuousClock.Instant, Duration)? in
+        guard let (next, interval) = timer.withLock({ t -> (ContinuousClock.Instant, Duration?)? in
             guard t.generation == generation, t.active, let next = t.next else { return nil }
-            return (next, t.leeway)
+            return (next, t.interval)
         }) else { return }
-        // A strong reference: the engine lets go of it when the timer fires
+        // A strong reference: the engine lets go of it when the timer ends
         // or is cancelled (`unregister`), and an active source keeps itself
         // alive until then anyway. (A weak one gave every source a side
-        // table: each retain and release of it, on the ring thread and in
-        // the queue, took the slow path; the most of the ring thread's time
-        // with 10,000 timers.)
-        let token = engine.timers.arm(deadline: next, leeway: leeway) { [self] in
-            fired(generation)
-        }
+        // table: each retain and release of it, in the timer service and
+        // in the queue, took the slow path; the most of the timer thread's
+        // time with 10,000 timers.) A repeating timer is one arm: the
+        // engine re-arms it every interval (no arm, no lock of this
+        // source's schedule but the generation check, per fire).
+        let token = engine.timers.arm(deadline: next, repeating: interval, target: self, argument: generation)
         let stale = timer.withLock { t -> Bool in
             guard t.generation == generation, t.active else { return true }
             t.token = token
@@ -132,26 +133,20 @@ public final class IOTimerSource: IOSource, @unchecked Sendable {
         if stale { engine.timers.cancel(token) }
     }
 
-    /// The engine's thread: counts the fires due by now and arms the next.
-    private func fired(_ generation: UInt64) {
-        let now = ContinuousClock.now
-        let fires = timer.withLock { t -> UInt? in
-            guard t.generation == generation, t.active, let next = t.next else { return nil }
-            t.token = nil
-            guard let interval = t.interval else {
+    /// A pool worker: the engine's timer of `generation` fired, `fires`
+    /// times (every fire n due by now, at deadline + n × interval: no
+    /// drift). Returns whether the engine keeps repeating it.
+    package func timerFired(_ generation: UInt64, fires: UInt) -> Bool {
+        guard let (count, repeats) = timer.withLock({ t -> (UInt, Bool)? in
+            guard t.generation == generation, t.active, t.next != nil else { return nil }
+            guard t.interval != nil else {
+                t.token = nil
                 t.next = nil  // a one-shot stays quiet until scheduled again
-                return 1
+                return (1, false)
             }
-            // Fire n is due at deadline + n × interval: count every one due
-            // by now, and move on to the first still ahead.
-            // (The common case, on time, with no 128-bit multiplication.)
-            let period = Swift.max(interval.clampedNanoseconds, 1)
-            let extra = now > next ? UInt((now - next).clampedNanoseconds / period) : 0
-            t.next = extra == 0 ? next + interval : next + interval * Int(extra + 1)
-            return extra + 1
-        }
-        guard let fires else { return }
-        mergeEvent(fires)
-        armNext(generation)
+            return (fires, true)
+        }) else { return false }
+        mergeEvent(count)
+        return repeats
     }
 }

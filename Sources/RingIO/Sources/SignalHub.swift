@@ -79,13 +79,7 @@ final class SignalHub: @unchecked Sendable {
         if case .failure(let error) = added { return error }
         // The thread that reads the signalfd: the ring thread, or the
         // readiness loop (which the hub's watch starts).
-        var tid = engine.watchThreadID
-        var waited = 0
-        while tid == 0 && waited < 2000 {
-            usleep(500)
-            waited += 1
-            tid = engine.watchThreadID
-        }
+        let tid = engine.watchThreadID(timeoutNanoseconds: 1_000_000_000)
         guard tid != 0 else {
             remove(source, signal: signal)
             return .resourceTemporarilyUnavailable

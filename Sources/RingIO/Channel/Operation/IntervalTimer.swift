@@ -3,9 +3,8 @@ import RingIOQueue
 @_spi(Engine) import RingIOEngine
 
 /// Repeating ticks for the operations' delivery intervals, on the engine's
-/// timers: the ring's own timeouts on io_uring (no thread of their own;
-/// this was a `ringio-timers` thread before), one timeout request on the
-/// thread-pool backend.
+/// timers (no thread of their own, an idle pool worker waits for the
+/// earliest deadline; this was a `ringio-timers` thread before).
 ///
 /// A tick calls `tick` every `period` until `tick` returns false. `tick`
 /// runs on the engine's thread and must be short: operations use it to

@@ -1,0 +1,147 @@
+import Synchronization
+import Testing
+import RingIOTestSupport
+@testable import RingIOQueue
+@testable import RingIOEngine
+@testable import RingIOBase
+
+/// The worker pool's alarm: an idle worker sleeps until the deadline and
+/// fires on itself (the timer services' wake-up).
+@Suite("Worker pool alarms")
+struct PoolAlarmTests {
+    @Test("an alarm fires once, never before its deadline; a moved alarm fires at its new deadline only")
+    func firesOnceNeverEarly() {
+        let pool = WorkerPool.shared
+        let fires = Atomic<Int>(0)
+        let firedAt = Atomic<UInt64>(0)
+        let done = Latch()
+        let alarm = PoolAlarm {
+            firedAt.store(monotonicNanoseconds(), ordering: .relaxed)
+            if fires.add(1, ordering: .relaxed).newValue == 1 { done.signal() }
+        }
+        // First an hour away, then moved to 2 ms from now.
+        pool.schedule(alarm, atNanoseconds: monotonicNanoseconds() + 3_600_000_000_000)
+        let deadline = monotonicNanoseconds() + 2_000_000
+        pool.schedule(alarm, atNanoseconds: deadline)
+        #expect(done.wait(timeout: .seconds(300)))
+        let at = firedAt.load(ordering: .relaxed)
+        #expect(at >= deadline)
+        // A second alarm, later, fired after it: the first did not fire again.
+        let later = Latch()
+        let second = PoolAlarm { later.signal() }
+        pool.schedule(second, atNanoseconds: monotonicNanoseconds() + 5_000_000)
+        #expect(later.wait(timeout: .seconds(300)))
+        let count = fires.load(ordering: .relaxed)
+        #expect(count == 1)
+        pool.unschedule(alarm)
+    }
+
+    @Test("an unscheduled alarm does not fire")
+    func unscheduledDoesNotFire() {
+        let pool = WorkerPool.shared
+        let fired = Atomic<Bool>(false)
+        let alarm = PoolAlarm { fired.store(true, ordering: .relaxed) }
+        pool.schedule(alarm, atNanoseconds: monotonicNanoseconds() + 3_600_000_000_000)
+        pool.unschedule(alarm)
+        // Another alarm due now, and one after it, fire; the first never does.
+        let done = Latch()
+        let other = PoolAlarm { done.signal() }
+        pool.schedule(other, atNanoseconds: monotonicNanoseconds())
+        #expect(done.wait(timeout: .seconds(300)))
+        let didFire = fired.load(ordering: .relaxed)
+        #expect(!didFire)
+    }
+
+    @Test("an alarm due while every worker runs a job still fires (the watchdog keeps the alarms)")
+    func firesWhileEveryWorkerIsBusy() {
+        let pool = WorkerPool.shared
+        let count = pool.baseThreads
+        let started = Latch(count: count)
+        let release = Latch()
+        // Every base worker blocks in a job until the alarm has fired.
+        // (Other tests' jobs may take workers too: the watchdog then adds
+        // some, and these start on them.)
+        for _ in 0..<count {
+            pool.submit(.plain({
+                started.signal()
+                _ = release.wait(timeout: .seconds(300))
+            }, level: IOQueue.Priority.default.rawValue))
+        }
+        #expect(started.wait(timeout: .seconds(300)))
+        let fired = Latch()
+        let alarm = PoolAlarm {
+            fired.signal()
+            release.signal()
+        }
+        pool.schedule(alarm, atNanoseconds: monotonicNanoseconds() + 1_000_000)
+        #expect(fired.wait(timeout: .seconds(300)))
+    }
+}
+
+/// The engine's timer service on the pool's alarm.
+@Suite("Engine timer fires")
+struct EngineTimerFireTests {
+    @Test("one worker fires at a time: a second alarm during a fire leaves the due timers to the first")
+    func firesNeverOverlap() {
+        // Interval ticks fired on many workers at once hung LoadTests under
+        // ThreadSanitizer (see `EngineTimerService.alarmEnded`). Here the
+        // pool fires the first timer, whose fire waits; meanwhile this
+        // thread plays a second worker whose alarm ended when the second
+        // timer came due.
+        let timers = EngineTimerService()
+        let inside = Atomic<Int>(0)
+        let overlapped = Atomic<Bool>(false)
+        let firstRunning = Latch()
+        let release = Latch()
+        let secondFired = Latch()
+        let now = ContinuousClock.now
+        _ = timers.arm(deadline: now, leeway: .zero) {
+            inside.add(1, ordering: .sequentiallyConsistent)
+            firstRunning.signal()
+            _ = release.wait(timeout: .seconds(300))
+            inside.subtract(1, ordering: .sequentiallyConsistent)
+        }
+        _ = timers.arm(deadline: now + .milliseconds(1), leeway: .zero) {
+            if inside.load(ordering: .sequentiallyConsistent) != 0 { overlapped.store(true, ordering: .relaxed) }
+            secondFired.signal()
+        }
+        #expect(firstRunning.wait(timeout: .seconds(300)))
+        while ContinuousClock.now < now + .milliseconds(2) { sleepNanoseconds(100_000) }
+        timers.alarmEnded()
+        release.signal()
+        #expect(secondFired.wait(timeout: .seconds(300)))
+        let didOverlap = overlapped.load(ordering: .relaxed)
+        #expect(!didOverlap)
+        #expect(waitUntil(timeout: .seconds(300)) { timers.count == 0 })
+    }
+
+    @Test("a pool job holding the last reference to a timer service: its deinit runs outside the pool's lock")
+    func lastReferenceInAJob() {
+        // The service's deinit unschedules its alarm, which takes the pool's
+        // lock: a worker that dropped its job under that lock deadlocked.
+        let pool = WorkerPool.shared
+        let released = Latch()
+        let ran = Latch()
+        weak var gone: EngineTimerService?
+        do {
+            let timers = EngineTimerService()
+            gone = timers
+            _ = timers.arm(deadline: .now + .seconds(3600), leeway: .zero) {}
+            pool.submit(.plain({
+                _ = released.wait(timeout: .seconds(300))
+                withExtendedLifetime(timers) {}
+                ran.signal()
+            }, level: IOQueue.Priority.default.rawValue))
+        }
+        released.signal()
+        #expect(ran.wait(timeout: .seconds(300)))
+        #expect(waitUntil(timeout: .seconds(300)) { gone == nil })
+        // The pool still takes jobs (from another thread: a deadlocked pool
+        // would block the submit itself).
+        let next = Latch()
+        spawnThread(name: "submitter") {
+            pool.submit(.plain({ next.signal() }, level: IOQueue.Priority.default.rawValue))
+        }
+        #expect(next.wait(timeout: .seconds(300)))
+    }
+}
