@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import SystemPackage
+import CLiburing
 import Testing
 import RingIOTestSupport
 @_spi(Engine) @testable import RingIO
@@ -48,6 +49,41 @@ struct SmallFileReadTests {
                 // path, for the largest, closes its own a little later).
                 if size <= SmallFileRead.limit { #expect(openDescriptors(into: dir.path) == 0, "size \(size)") }
             }
+        }
+    }
+
+    @Test("a tmpfs file, whose file system refuses RWF_NOWAIT reads, leaves inline reads on for other file systems")
+    func tmpfsLeavesOthersInline() throws {
+        let shm = "/dev/shm/ringio-smallread-\(getpid())"
+        guard let fd = try? FileDescriptor.open(FilePath(shm), .readWrite, options: [.create, .truncate],
+                                               permissions: [.ownerReadWrite]) else {
+            try Test.cancel("no /dev/shm here")
+        }
+        defer { try? fd.close(); unlink(shm) }
+        _ = try fd.writeAll(randomBytes(4096, seed: 31))
+        guard cliburing_fs_type(fd.rawValue) == 0x0102_1994 /* TMPFS_MAGIC */ else {
+            try Test.cancel("/dev/shm is not tmpfs here")
+        }
+        var byte: UInt8 = 0
+        guard cliburing_pread_nowait(fd.rawValue, &byte, 1, 0) < 0 else {
+            try Test.cancel("this kernel's tmpfs answers RWF_NOWAIT reads")
+        }
+        let dir = TemporaryDirectory()
+        let local = dir.file("cached")
+        try writeFile(local, randomBytes(4096, seed: 32))
+        guard let probe = try? FileDescriptor.open(FilePath(local), .readOnly) else { return }
+        defer { try? probe.close() }
+        guard cliburing_pread_nowait(probe.rawValue, &byte, 1, 0) == 1 else {
+            try Test.cancel("the temporary directory's file system refuses RWF_NOWAIT reads too")
+        }
+        #expect(SmallFileRead.readWithoutBlocking(FilePath(shm), maximumSize: .max) == nil)
+        // The tmpfs refusal is that file system's: a cached file elsewhere
+        // (and a later one) is still read on the calling thread.
+        for _ in 0..<2 {
+            let bytes = try #require(SmallFileRead.readWithoutBlocking(FilePath(local), maximumSize: .max),
+                                     "a cached file on another file system was not read inline")
+            #expect(Array(bytes) == randomBytes(4096, seed: 32))
+            #expect(SmallFileRead.readWithoutBlocking(FilePath(shm), maximumSize: .max) == nil)
         }
     }
 

@@ -69,8 +69,10 @@ enum SmallFileRead {
         case none
     }
 
-    /// Cleared when the kernel lacks `RWF_NOWAIT` (`CachedOpens` says whether
-    /// `openat2`'s `RESOLVE_CACHED` works).
+    /// Cleared when the kernel lacks `RWF_NOWAIT` (`EINVAL`; `CachedOpens`
+    /// says whether `openat2`'s `RESOLVE_CACHED` works). A file system that
+    /// refuses such reads (`EOPNOTSUPP`: tmpfs) is known per device, as for
+    /// channels (`NoWaitReads`), and leaves the others inline.
     private static let inlineSupported = Atomic<Bool>(true)
 
     /// The whole file read on the calling thread where that cannot block: the
@@ -91,7 +93,8 @@ enum SmallFileRead {
         guard CachedOpens.available, inlineSupported.load(ordering: .relaxed) else { return .none }
         guard let fd = try? CachedOpens.open(path, flags: O_RDONLY | O_CLOEXEC | O_NONBLOCK) else { return .none }
         guard let st = try? Syscall.fstat(fd), st.type == .regular, st.size > 0, st.size <= limit,
-              Int(st.size) <= maximumSize else {
+              Int(st.size) <= maximumSize,
+              NoWaitReads.of(device: UInt64(st.deviceID.rawValue)) != .unsupported else {
             Syscall.closeIgnoringErrors(fd)
             return .none
         }
@@ -105,7 +108,9 @@ enum SmallFileRead {
         // shrank); more: it grew. The engine's read settles both.
         guard n == size else {
             free(base)
-            if case .failure(let e) = read, e == .notSupported || e == .invalidArgument {
+            if case .failure(let e) = read, e == .notSupported {
+                NoWaitReads.learn(.unsupported, device: UInt64(st.deviceID.rawValue))
+            } else if case .failure(let e) = read, e == .invalidArgument {
                 inlineSupported.store(false, ordering: .relaxed)
             } else if keepOpen && n < size {
                 return .opened(fd: fd, size: size)

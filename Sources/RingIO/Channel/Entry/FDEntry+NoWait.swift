@@ -13,18 +13,18 @@ import RingIOBase
 /// On this kernel (6.18) ext4 reads do; tmpfs fails every one with
 /// `EOPNOTSUPP`, and so would every read of it, at the cost of a system call
 /// each, if it were asked again: it is asked once per device.
-enum NoWaitReads: UInt8 {
+package enum NoWaitReads: UInt8 {
     case unknown = 0, supported = 1, unsupported = 2
 
     private static let devices = Locked<[UInt64: NoWaitReads]>([:])
 
     /// What is known of `device` so far.
-    static func of(device: UInt64) -> NoWaitReads {
+    package static func of(device: UInt64) -> NoWaitReads {
         devices.withLock { $0[device] ?? .unknown }
     }
 
     /// The first inline read on `device` said.
-    static func learn(_ answer: NoWaitReads, device: UInt64) {
+    package static func learn(_ answer: NoWaitReads, device: UInt64) {
         devices.withLock { $0[device] = answer }
     }
 }
