@@ -288,6 +288,9 @@ public final class IOQueue: Sendable {
     /// Whether the queue is suspended now (for diagnostics and tests).
     var isSuspended: Bool { state.withLock { $0.suspendCount > 0 } }
 
+    /// The items submitted and not started yet (for tests).
+    package var waitingItemCount: Int { state.withLock { $0.items.count } }
+
     // MARK: - concurrent running
 
     func startConcurrent(_ item: Item) {

@@ -68,6 +68,14 @@ public final class IOChannel: Sendable {
                            queue: queue, engine: engine, cleanup: cleanup)
     }
 
+    /// A channel on an open file descriptor, with no cleanup handler: as
+    /// ``init(kind:fileDescriptor:queue:engine:cleanup:)`` with one that does
+    /// nothing, except that closing it submits nothing to `queue`.
+    public init(kind: Kind, fileDescriptor: FileDescriptor, queue: IOQueue, engine: IOEngine = .shared) {
+        core = ChannelCore(kind: kind, target: ChannelCore.target(fd: fileDescriptor.rawValue, kind: kind),
+                           queue: queue, engine: engine, cleanup: nil)
+    }
+
     /// A channel on the file at `path`, opened before the first operation
     /// (or barrier) runs and closed before `cleanup` runs.
     ///
@@ -92,12 +100,31 @@ public final class IOChannel: Sendable {
                 options: FileDescriptor.OpenOptions = [], permissions: FilePermissions? = nil,
                 queue: IOQueue, engine: IOEngine = .shared,
                 cleanup: @escaping @Sendable (Errno?) -> Void = { _ in }) throws(IOError) {
+        core = try Self.pathCore(kind: kind, path: path, mode: mode, options: options, permissions: permissions,
+                                 queue: queue, engine: engine, cleanup: cleanup)
+    }
+
+    /// A channel on the file at `path`, with no cleanup handler: as
+    /// ``init(kind:path:mode:options:permissions:queue:engine:cleanup:)``
+    /// with one that does nothing, except that closing it submits nothing to
+    /// `queue` (no worker is woken to run an empty closure).
+    public init(kind: Kind, path: FilePath, mode: FileDescriptor.AccessMode,
+                options: FileDescriptor.OpenOptions = [], permissions: FilePermissions? = nil,
+                queue: IOQueue, engine: IOEngine = .shared) throws(IOError) {
+        core = try Self.pathCore(kind: kind, path: path, mode: mode, options: options, permissions: permissions,
+                                 queue: queue, engine: engine, cleanup: nil)
+    }
+
+    private static func pathCore(kind: Kind, path: FilePath, mode: FileDescriptor.AccessMode,
+                                 options: FileDescriptor.OpenOptions, permissions: FilePermissions?,
+                                 queue: IOQueue, engine: IOEngine,
+                                 cleanup: (@Sendable (Errno?) -> Void)?) throws(IOError) -> ChannelCore {
         let resolved: FilePath
         switch IO.absolute(path) {
         case .success(let absolute): resolved = absolute
         case .failure(let error): throw IOError(IOChannel.openOperation(mode), path: path, errno: error)
         }
-        core = ChannelCore(kind: kind, path: PathSpec(path: resolved, mode: mode, options: options,
+        return ChannelCore(kind: kind, path: PathSpec(path: resolved, mode: mode, options: options,
                                                       permissions: permissions),
                            queue: queue, engine: engine, cleanup: cleanup)
     }
@@ -133,13 +160,24 @@ public final class IOChannel: Sendable {
     /// gets `ECANCELED` at once.
     public init(kind: Kind, channel: IOChannel, queue: IOQueue, engine: IOEngine = .shared,
                 cleanup: @escaping @Sendable (Errno?) -> Void = { _ in }) {
+        core = Self.derivedCore(kind: kind, channel: channel, queue: queue, engine: engine, cleanup: cleanup)
+    }
+
+    /// A channel on the same file as `channel`, with no cleanup handler: as
+    /// ``init(kind:channel:queue:engine:cleanup:)`` with one that does
+    /// nothing, except that closing it submits nothing to `queue`.
+    public init(kind: Kind, channel: IOChannel, queue: IOQueue, engine: IOEngine = .shared) {
+        core = Self.derivedCore(kind: kind, channel: channel, queue: queue, engine: engine, cleanup: nil)
+    }
+
+    private static func derivedCore(kind: Kind, channel: IOChannel, queue: IOQueue, engine: IOEngine,
+                                    cleanup: (@Sendable (Errno?) -> Void)?) -> ChannelCore {
         let (target, path) = channel.core.derive(kind: kind)
         if let path {
-            core = ChannelCore(kind: kind, path: path, queue: queue, engine: engine, cleanup: cleanup)
-        } else {
-            core = ChannelCore(kind: kind, target: target ?? .failed(.canceled), queue: queue, engine: engine,
-                               cleanup: cleanup)
+            return ChannelCore(kind: kind, path: path, queue: queue, engine: engine, cleanup: cleanup)
         }
+        return ChannelCore(kind: kind, target: target ?? .failed(.canceled), queue: queue, engine: engine,
+                           cleanup: cleanup)
     }
 
     deinit {

@@ -48,7 +48,9 @@ package final class ChannelCore: @unchecked Sendable {
     let kind: IOChannel.Kind
     package let queue: IOQueue
     package let engine: IOEngine
-    let cleanup: @Sendable (Errno?) -> Void
+    /// `nil`: the channel was made without a cleanup handler, and its close
+    /// submits nothing to the queue (no worker woken for an empty closure).
+    let cleanup: (@Sendable (Errno?) -> Void)?
     let pathSpec: PathSpec?
     /// `PathDescriptors.shared` for a path channel (`nil` otherwise), kept:
     /// every use stamps its clock, and a global costs a `swift_once` check.
@@ -88,7 +90,7 @@ package final class ChannelCore: @unchecked Sendable {
 
     /// A channel on an fd (or on an entry of another channel), or a failed one.
     init(kind: IOChannel.Kind, target: Target, queue: IOQueue, engine: IOEngine,
-         cleanup: @escaping @Sendable (Errno?) -> Void) {
+         cleanup: (@Sendable (Errno?) -> Void)?) {
         self.kind = kind
         switch target {
         case .entry(let entry, let base): self.lifecycle = Lifecycle(.open(entry, base: base))
@@ -102,7 +104,7 @@ package final class ChannelCore: @unchecked Sendable {
         self.pathDescriptors = nil
         if case .failed(let error) = target {
             // The lifecycle counts it handed off.
-            queue.async { cleanup(error) }
+            if let cleanup { queue.async { cleanup(error) } }
         }
     }
 
@@ -111,7 +113,7 @@ package final class ChannelCore: @unchecked Sendable {
     /// is checked by that open, or by the sweep if it is not used at once
     /// (ChannelCore+Path.swift).
     init(kind: IOChannel.Kind, path: PathSpec, queue: IOQueue, engine: IOEngine,
-         cleanup: @escaping @Sendable (Errno?) -> Void) {
+         cleanup: (@Sendable (Errno?) -> Void)?) {
         let unchecked = Self.mayOpenBeforeCheck(path)
         self.kind = kind
         self.lifecycle = Lifecycle(.unopened(unchecked ? .unchecked : .checking))
@@ -405,7 +407,7 @@ package final class ChannelCore: @unchecked Sendable {
     /// Runs the cleanup handler on the channel's queue (the lifecycle
     /// handed it off: once).
     func runCleanup(_ error: Errno?) {
-        let cleanup = self.cleanup
+        guard let cleanup = self.cleanup else { return }
         queue.async { cleanup(error) }
     }
 }

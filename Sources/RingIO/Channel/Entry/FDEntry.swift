@@ -83,7 +83,8 @@ final class FDEntry: @unchecked Sendable {
 
     struct Cleanup {
         let queue: IOQueue
-        let handler: @Sendable (Errno?) -> Void
+        /// `nil`: a channel made without one; nothing to run.
+        let handler: (@Sendable (Errno?) -> Void)?
     }
 
     typealias Scheduler = EntryScheduler<ChannelOperation, Barrier, Cleanup, CoalescedWrite>
@@ -445,7 +446,7 @@ final class FDEntry: @unchecked Sendable {
             PathDescriptors.shared.closed()
         }
         for cleanup in list {
-            let handler = cleanup.handler
+            guard let handler = cleanup.handler else { continue }
             cleanup.queue.async { handler(nil) }
         }
     }
