@@ -1,0 +1,197 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import SystemPackage
+import RingIOBase
+import RingIOChannel
+import RingIOCopy
+@_spi(Engine) import RingIOEngine
+
+/// The walk of a directory tree: directories made as the walk lists them,
+/// the other entries copied in batches, directory attributes set last,
+/// deepest first.
+extension TreeCopy {
+    /// A directory and everything under it.
+    /// - Parameter make: the copy makes `destination` (else the caller's `onEntry` did).
+    func copyTree(from source: FilePath, to destination: FilePath, info: FileInfo, make: Bool,
+                  ancestors: [Identity]) async throws(IOError) {
+        // Finished deepest first, once every entry is copied (one record a
+        // directory the copy made: the walk lists each before its entries).
+        var directories: [TreeDirectory] = []
+        if make {
+            do throws(IOError) {
+                let created = try await makeDirectory(destination, permissions: info.permissions)
+                directories.append(TreeDirectory(path: destination, info: info, created: created))
+            } catch {
+                return try await failed(error)
+            }
+        }
+        let follows = options.followSymlinks == .always
+        let ancestors = ancestors + [Identity(info)]
+        // The directories of this walk by path (only to find a followed symlink's ancestors).
+        var identities: [FilePath: Identity] = [:]
+        // Directories whose entries are left out (skipped, or failed).
+        var skipped: [FilePath] = []
+        func isSkipped(_ path: FilePath) -> Bool { !skipped.isEmpty && skipped.contains { path.starts(with: $0) } }
+        let opened = (try? IO.absolute(source).get()) ?? source
+        let owner = DirectoryWalkOwner(DirectoryWalk(shown: source, opened: opened, recursive: true, limits: .recursive,
+                                                     continuesAfterFailures: handlers != nil))
+        let width = max(1, options.maximumConcurrentCopies)
+        // Entries that are not directories go in batches of up to 32 of one
+        // directory's entries, each a task copying them one after another:
+        // one task and one pool hand-off for many small files. Up to `width`
+        // batches run at once, at most four per core: more tasks than cores
+        // keep the cores busy while a batch waits (a directory's lock, a
+        // preempted worker); `ringcp -r` of 2,000 files on 2 cores ran
+        // 0.56-0.66x cp's time with two at once, 0.40-0.49x with eight, for
+        // the same CPU (Benchmarks/results/copy.md). With `atomically` too:
+        // each file's temporary is made and renamed in the batch, relative
+        // to the destination directory. One entry at a time with `width` 1.
+        let batchSize = width == 1 ? 1 : Self.largestBatch
+        let tasks = max(1, min(width, Self.batchesPerCore * Syscall.onlineProcessors()))
+        let result = await withTaskGroup(of: IOError?.self, returning: IOError?.self) { group in
+            var running = 0
+            var failure: IOError?
+            var pending: [FileJob] = []
+            /// The pending entries, as one task (once fewer than `tasks` run).
+            func flush(_ group: inout TaskGroup<IOError?>) async throws(IOError) {
+                guard !pending.isEmpty else { return }
+                if running == tasks, let done = await group.next() {
+                    running -= 1
+                    if let done { throw done }
+                }
+                running += 1
+                let jobs = pending
+                pending = []
+                group.addTask {
+                    do throws(IOError) {
+                        try await copyFiles(jobs)
+                        return nil
+                    } catch {
+                        return error
+                    }
+                }
+            }
+            do throws(IOError) {
+                walk: while true {
+                    let entries: [DirectoryEntry]
+                    switch await owner.walk.next() {
+                    case .end:
+                        break walk
+                    case .batch(let batch):
+                        entries = batch
+                    case .failure(var error), .skipped(var error):
+                        // The walk's own errors (a directory that cannot be listed) are the source's.
+                        if error.side == nil { error.side = .source }
+                        if error.errno == .canceled { throw error }
+                        if error.path.map(isSkipped) != true { try await failed(error) }
+                        continue walk
+                    }
+                    // One directory's entries: the path of its copy made once, each entry's from its name.
+                    var targetDirectory: FilePath?
+                    if let first = entries.first {
+                        var relative = first.path.removingLastComponent()
+                        if relative.removePrefix(source) { targetDirectory = destination.appending(relative.components) }
+                    }
+                    for entry in entries where !isSkipped(entry.path) {
+                        let target: FilePath
+                        if let targetDirectory, let name = entry.path.lastComponent {
+                            target = targetDirectory.appending(name)
+                        } else {
+                            var relative = entry.path
+                            _ = relative.removePrefix(source)
+                            target = destination.appending(relative.components)
+                        }
+                        var type = entry.type
+                        var found: FileInfo?
+                        if type == .symlink && follows {
+                            do throws(IOError) {
+                                let named = try await sourceInfo(entry.path, following: true)
+                                found = named
+                                type = named.type
+                            } catch {
+                                try await failed(error)
+                                continue
+                            }
+                        }
+                        if type == .directory && entry.type == .symlink, let named = found {
+                            if width == 1, running > 0, let done = await group.next() {
+                                running -= 1
+                                if let done { throw done }
+                            }
+                            // A followed symlink to a directory: its tree, unless it contains the link.
+                            var chain = ancestors
+                            var parent = entry.path.removingLastComponent()
+                            while parent != source && parent.starts(with: source) {
+                                if let identity = identities[parent] { chain.append(identity) }
+                                parent = parent.removingLastComponent()
+                            }
+                            if chain.contains(Identity(named)) {
+                                try await failed(IOError(.list, path: entry.path, side: .source,
+                                                         errno: .tooManySymbolicLinkLevels))
+                                continue
+                            }
+                            try await copyEntry(entry.path, to: target, info: named, isTop: false, ancestors: chain)
+                            continue
+                        }
+                        if type == .directory {
+                            // One at a time: the file before it is done first.
+                            if width == 1, running > 0, let done = await group.next() {
+                                running -= 1
+                                if let done { throw done }
+                            }
+                            // Before its entries: the walk lists a directory in
+                            // its parent's batch, before it opens it.
+                            let action = await action(IO.CopyItemEntry(source: entry.path, destination: target,
+                                                                        type: .directory, isTop: false))
+                            if action == .skip {
+                                skipped.append(entry.path)
+                                continue
+                            }
+                            if action == .copied && !follows { continue }
+                            do throws(IOError) {
+                                let found = try await sourceInfo(entry.path)
+                                if follows { identities[entry.path] = Identity(found) }
+                                if action == .copy {
+                                    let made = try await makeDirectory(target, permissions: found.permissions)
+                                    directories.append(TreeDirectory(path: target, info: found, created: made))
+                                }
+                            } catch {
+                                skipped.append(entry.path)
+                                try await failed(error)
+                            }
+                            continue
+                        }
+                        let own = entry.type == .symlink && type == .symlink ? nil : found
+                        pending.append(FileJob(source: entry.path, destination: target, type: type, info: own))
+                        if pending.count == batchSize { try await flush(&group) }
+                    }
+                    // A batch holds the entries of one directory.
+                    try await flush(&group)
+                }
+            } catch {
+                failure = error
+            }
+            while let done = await group.next() {
+                if failure == nil, let done { failure = done }
+            }
+            return failure
+        }
+        if let result {
+            // What was made stays, but no directory is left writable that should not be.
+            for directory in directories.reversed() where directory.created {
+                try? await finishDirectory(directory, preserving: [])
+            }
+            throw result
+        }
+        for directory in directories.reversed() {
+            do throws(IOError) {
+                try await finishDirectory(directory, preserving: options.preserve)
+            } catch {
+                try await failed(error)
+            }
+        }
+    }
+}
