@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import Synchronization
+import SystemPackage
 import RingIO
 
 /// The one-line progress bar: bytes, percent, rate and ETA, redrawn at most
@@ -151,4 +152,25 @@ func formatDuration(_ seconds: Double) -> String {
     let ss = s < 10 ? "0\(s)" : "\(s)"
     if h > 0 { return "\(h):\(m < 10 ? "0\(m)" : "\(m)"):\(ss)" }
     return "\(m):\(ss)"
+}
+
+// The sizes, for the progress bar.
+extension Copier {
+    /// The bytes the copy will move: regular files, followed as the copy follows them.
+    static func totalBytes(of sources: [FilePath], recursive: Bool) -> Int64 {
+        var total: Int64 = 0
+        func walk(_ path: FilePath, topLevel: Bool) {
+            guard let status = try? FileStatus.of(path, followingSymlinks: topLevel && !recursive) else { return }
+            switch status.kind {
+            case .regular:
+                total += status.size
+            case .directory where recursive:
+                for name in (try? FS.entries(of: path)) ?? [] { walk(joined(path, name), topLevel: false) }
+            default:
+                break
+            }
+        }
+        for source in sources { walk(source, topLevel: true) }
+        return total
+    }
 }
