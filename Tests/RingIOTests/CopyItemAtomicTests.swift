@@ -51,7 +51,7 @@ struct CopyItemAtomicTests {
             var times = [timespec(tv_sec: 1_000_000 + index, tv_nsec: 0), timespec(tv_sec: 2_000_000 + index, tv_nsec: 500)]
             #expect(utimensat(AT_FDCWD, dir.file("src/" + name), &times, AT_SYMLINK_NOFOLLOW) == 0)
         }
-        for width in [1, 8, 64] {
+        for width in CopyItemBatchTests.widths {
             let destination = dir.file("dst\(width)")
             Tree.mkdir(destination)
             Tree.mkdir(destination + "/d0")
