@@ -131,9 +131,10 @@ struct DirectoryListingTests {
         #expect(leaf >= 0)
         close(leaf)
         close(fd)
-        var deepest = FilePath(dir.path)
-        for _ in 0..<20 { deepest.append(name) }
-        deepest.append("leaf")
+        // Made from one string: appending 20 long names one by one re-checks
+        // the growing path after every byte in a debug swift-system (seconds
+        // under ThreadSanitizer).
+        let deepest = FilePath(dir.path + String(repeating: "/" + name, count: 20) + "/leaf")
         #expect(deepest.string.utf8.count > Int(PATH_MAX))
 
         // The walk opens each directory by its path (it holds no chain of
