@@ -329,7 +329,8 @@ private struct RangeCopyFixture {
     /// The destination once `ranges` are copied: the gap stays zeros.
     var expected: [UInt8] {
         var expected = bytes
-        for i in (3 << 20)..<(5 << 20) { expected[i] = 0 }
+        // One memset, not 2 Mi stores of debug code (slow under the sanitizers).
+        expected.withUnsafeMutableBytes { _ = memset($0.baseAddress! + (3 << 20), 0, 2 << 20) }
         return expected
     }
 

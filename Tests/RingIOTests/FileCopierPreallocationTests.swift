@@ -109,7 +109,8 @@ struct FileCopierPreallocationTests {
         #expect(ftruncate(output, off_t(size)) == 0)
         let ranges: [Range<Int64>] = [0..<(3 << 20), (5 << 20)..<Int64(size)]
         var expected = bytes
-        for i in (3 << 20)..<(5 << 20) { expected[i] = 0 }
+        // One memset, not 2 Mi stores of debug code (slow under the sanitizers).
+        expected.withUnsafeMutableBytes { _ = memset($0.baseAddress! + (3 << 20), 0, 2 << 20) }
         let moved = Locked(0)
         // 1 MiB pieces through a 64 KiB pipe: many splices per piece.
         let ended = try await IO.spliceFileRanges(ranges, from: FileDescriptor(rawValue: input),
