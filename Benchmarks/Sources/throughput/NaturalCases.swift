@@ -84,7 +84,8 @@ enum NaturalBench {
             if rates[label] == nil { order.append(label) }
             rates[label, default: []].append(rate)
             if let rssMiB { rss[label, default: []].append(rssMiB) }
-            progress("  \(label): \(grouped(rate))" + (rssMiB.map { " +\(fixed($0, 0)) MiB" } ?? ""))
+            let shown = label.contains("GiB/s") ? fixed(rate, 2) : grouped(rate)
+            progress("  \(label): \(shown)" + (rssMiB.map { " +\(fixed($0, 0)) MiB" } ?? ""))
         }
     }
 
