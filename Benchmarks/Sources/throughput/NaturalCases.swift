@@ -7,10 +7,12 @@
 //   append-await   `try await log.write(data:)` per 4 KiB record, [.create, .append]  vs write(2) on O_APPEND
 //   append-queued  the records queued with handlers on .append, then on .truncate
 //   copy-handler   the README's handler copy (read handler → target.write)  vs a plain 1 MiB loop (+RSS)
+//   copy-async     the README's async copy (`for try await chunk in source.chunks()`
+//                  { `try await target.write(data: chunk)` })    vs the same plain loop (+RSS)
 //   paths          path channels, one 4 KiB read each, then close            vs open/pread/close
 //                  (closed from its handler; and awaited from a task)
 //
-// Options: --size-mib N (the cached file, default 1024), --busy N, --rounds N
+// Options: --size-mib N (the cached file, default 1024; the copies' size), --busy N, --rounds N
 // (median printed), --dir D, --only a,b. Rates are per second; "+RSS" is
 // the peak resident set above the one before the case, sampled every 2 ms.
 #if canImport(Glibc)
@@ -55,8 +57,13 @@ enum NaturalBench {
             case "--paths": s.paths = Int(it.next() ?? "") ?? s.paths
             case "--t-io-uring": s.tIoUring = it.next()
             default:
-                print("usage: throughput natural [--size-mib N] [--busy N] [--rounds N] [--dir D] [--only a,b]")
-                exit(2)
+                print("""
+                    usage: throughput natural [--size-mib N] [--busy N] [--rounds N] [--dir D] [--only a,b]
+                                              [--reads N] [--records N] [--paths N] [--t-io-uring PATH]
+                    rows (--only matches part of a name): read-await, read-handler, append-await,
+                    append-queued, copy-handler, copy-async (copy: both copies), chunks, paths
+                    """)
+                exit(a == "--help" || a == "-h" ? 0 : 2)
             }
         }
         do {
@@ -77,7 +84,8 @@ enum NaturalBench {
             if rates[label] == nil { order.append(label) }
             rates[label, default: []].append(rate)
             if let rssMiB { rss[label, default: []].append(rssMiB) }
-            progress("  \(label): \(grouped(rate))" + (rssMiB.map { " +\(fixed($0, 0)) MiB" } ?? ""))
+            let shown = label.contains("GiB/s") ? fixed(rate, 2) : grouped(rate)
+            progress("  \(label): \(shown)" + (rssMiB.map { " +\(fixed($0, 0)) MiB" } ?? ""))
         }
     }
 
@@ -137,6 +145,14 @@ enum NaturalBench {
                 results.add("copy-handler/plain 1 MiB loop (GiB/s)", r2 / gib, rssMiB: m2)
                 unlink("\(dir)/copy1")
                 unlink("\(dir)/copy2")
+            }
+            if wants(s, "copy-async") {
+                let (r1, m1) = try measuringRSS { try chunksCopy(source, "\(dir)/copy3", size: size) }
+                results.add("copy-async/ringio (GiB/s)", r1 / gib, rssMiB: m1)
+                let (r2, m2) = try measuringRSS { try plainCopy(source, "\(dir)/copy4", size: size) }
+                results.add("copy-async/plain 1 MiB loop (GiB/s)", r2 / gib, rssMiB: m2)
+                unlink("\(dir)/copy3")
+                unlink("\(dir)/copy4")
             }
             if wants(s, "chunks") {
                 // The README's `for try await chunk in channel.chunks()`, at
@@ -425,6 +441,33 @@ enum NaturalBench {
         close(input)
         close(output)
         return Double(size) / seconds(since: start)
+    }
+
+    /// The README's async copy, as written there, to the end of its loop
+    /// (its `synchronize()`, an fsync, is left out, as the plain loop has none).
+    static func chunksCopy(_ source: String, _ destination: String, size: Int) throws -> Double {
+        let done = Completion()
+        let rate = Mutex<Double>(0)
+        Task {
+            do {
+                let start = now()
+                let input = try IOChannel(kind: .stream, path: FilePath(source), mode: .readOnly, queue: .global)
+                let target = try IOChannel(kind: .stream, path: FilePath(destination), mode: .writeOnly,
+                                           options: [.create, .truncate], permissions: [.ownerReadWrite], queue: .global)
+                for try await chunk in input.chunks() {
+                    try await target.write(data: chunk)
+                }
+                rate.withLock { $0 = Double(size) / seconds(since: start) }
+                input.close()
+                target.close()
+                done.finish()
+            } catch {
+                done.finish("\(error)")
+            }
+        }
+        try done.wait("copy-async", timeout: 600)
+        try checkSize(destination, size)
+        return rate.withLock { $0 }
     }
 
     // MARK: - chunks()
