@@ -122,36 +122,6 @@ struct CopyItemBatchTests {
         #expect(error?.errno == .isDirectory && error?.path?.string == dir.file("dst2/f3"), "\(String(describing: error))")
     }
 
-    @Test("one directory's batches: no more at once than two per core (its creates take its lock in turn), however wide the copy")
-    func batchesInOneDirectory() async throws {
-        let dir = TemporaryDirectory()
-        let cores = Syscall.onlineProcessors()
-        let limit = 2 * cores
-        // One batch more than the directory may take: the first calls of each batch wait a little, so
-        // that batches started together are seen together.
-        Tree.mkdir(dir.file("src"))
-        for index in 0..<(32 * (limit + 1)) { Tree.touch(dir.file("src/f\(index)"), "x") }
-        var options = IO.CopyOptions()
-        options.maximumConcurrentCopies = 64
-        let seen = Locked<(inside: Int, most: Int, calls: Int)>((0, 0, 0))
-        try await IO.copyItem(from: FilePath(dir.file("src")), to: FilePath(dir.file("dst")), options: options,
-                              onEntry: { entry in
-            guard entry.type == .regular else { return .copy }
-            let calls = seen.withLock { s in
-                s.inside += 1
-                s.most = max(s.most, s.inside)
-                s.calls += 1
-                return s.calls
-            }
-            if calls <= 4 * (limit + 1) { try? await Task.sleep(for: .milliseconds(10)) }
-            seen.withLock { $0.inside -= 1 }
-            return .copy
-        })
-        let most = seen.withLock { $0.most }
-        #expect(most >= 1 && most <= limit, "\(most) batches at once in one directory, \(cores) cores")
-        #expect(try readFile(dir.file("dst/f\(32 * (limit + 1) - 1)")) == Array("x".utf8))
-    }
-
     @Test("copiesSpecialModeBits false: a new file takes no set-user-ID, set-group-ID or sticky bit (tree and copyFile); true by default")
     func specialModeBits() async throws {
         let dir = TemporaryDirectory()
