@@ -22,7 +22,8 @@ extension IO {
     /// directories open), up to `options.maximumConcurrentCopies` files
     /// copied at once. A directory's regular files go in batches of up to
     /// 32 (up to `maximumConcurrentCopies` batches at once, at most four
-    /// per core), each copied on one worker of `IOQueue.global`, opened by
+    /// per core, two per core into one directory), each copied on one
+    /// worker of `IOQueue.global`, opened by
     /// its name relative to the two directories: one hand-off for the
     /// batch, not one per file (a file larger than `IO.smallFileLimit` is
     /// then copied on its own). With `options.atomically`, each is written

@@ -43,34 +43,41 @@ extension TreeCopy {
         // directory's entries, each a task copying them one after another:
         // one task and one pool hand-off for many small files. Up to `width`
         // batches run at once, at most four per core: more tasks than cores
-        // keep the cores busy while a batch waits (a directory's lock, a
-        // preempted worker); `ringcp -r` of 2,000 files on 2 cores ran
-        // 0.56-0.66x cp's time with two at once, 0.40-0.49x with eight, for
-        // the same CPU (Benchmarks/results/copy.md). With `atomically` too:
-        // each file's temporary is made and renamed in the batch, relative
-        // to the destination directory. One entry at a time with `width` 1.
+        // keep the cores busy while a batch waits (a preempted worker);
+        // `ringcp -r` of 2,000 files on 2 cores ran 0.56-0.66x cp's time
+        // with two at once, 0.40-0.49x with eight, for the same CPU
+        // (Benchmarks/results/copy.md). But at most two per core write into
+        // one directory (`TreeCopySlots`: its creates take its lock in turn).
+        // With `atomically` too: each file's temporary is made and renamed in
+        // the batch, relative to the destination directory. One entry at a
+        // time with `width` 1.
         let batchSize = width == 1 ? 1 : Self.largestBatch
-        let tasks = max(1, min(width, Self.batchesPerCore * Syscall.onlineProcessors()))
-        let result = await withTaskGroup(of: IOError?.self, returning: IOError?.self) { group in
-            var running = 0
+        let cores = Syscall.onlineProcessors()
+        let tasks = max(1, min(width, Self.batchesPerCore * cores))
+        let result = await withTaskGroup(of: BatchDone.self, returning: IOError?.self) { group in
+            var slots = TreeCopySlots(tasks: tasks, perDirectory: Self.batchesPerCoreInOneDirectory * cores)
             var failure: IOError?
             var pending: [FileJob] = []
-            /// The pending entries, as one task (once fewer than `tasks` run).
-            func flush(_ group: inout TaskGroup<IOError?>) async throws(IOError) {
-                guard !pending.isEmpty else { return }
-                if running == tasks, let done = await group.next() {
-                    running -= 1
-                    if let done { throw done }
-                }
-                running += 1
+            /// Waits for one batch to finish; throws its error.
+            func reap(_ group: inout TaskGroup<BatchDone>) async throws(IOError) {
+                guard let done = await group.next() else { return }
+                slots.finish(in: done.directory)
+                if let error = done.error { throw error }
+            }
+            /// The pending entries, as one task (once a slot is free for their directory).
+            func flush(_ group: inout TaskGroup<BatchDone>) async throws(IOError) {
+                guard let first = pending.first else { return }
+                let directory = first.destination.removingLastComponent()
+                while !slots.canStart(in: directory) && slots.running > 0 { try await reap(&group) }
+                slots.start(in: directory)
                 let jobs = pending
                 pending = []
                 group.addTask {
                     do throws(IOError) {
                         try await copyFiles(jobs)
-                        return nil
+                        return BatchDone(directory: directory, error: nil)
                     } catch {
-                        return error
+                        return BatchDone(directory: directory, error: error)
                     }
                 }
             }
@@ -117,10 +124,7 @@ extension TreeCopy {
                             }
                         }
                         if type == .directory && entry.type == .symlink, let named = found {
-                            if width == 1, running > 0, let done = await group.next() {
-                                running -= 1
-                                if let done { throw done }
-                            }
+                            if width == 1, slots.running > 0 { try await reap(&group) }
                             // A followed symlink to a directory: its tree, unless it contains the link.
                             var chain = ancestors
                             var parent = entry.path.removingLastComponent()
@@ -138,10 +142,7 @@ extension TreeCopy {
                         }
                         if type == .directory {
                             // One at a time: the file before it is done first.
-                            if width == 1, running > 0, let done = await group.next() {
-                                running -= 1
-                                if let done { throw done }
-                            }
+                            if width == 1, slots.running > 0 { try await reap(&group) }
                             // Before its entries: the walk lists a directory in
                             // its parent's batch, before it opens it.
                             let action = await action(IO.CopyItemEntry(source: entry.path, destination: target,
@@ -175,7 +176,7 @@ extension TreeCopy {
                 failure = error
             }
             while let done = await group.next() {
-                if failure == nil, let done { failure = done }
+                if failure == nil, let error = done.error { failure = error }
             }
             return failure
         }
@@ -193,5 +194,11 @@ extension TreeCopy {
                 try await failed(error)
             }
         }
+    }
+
+    /// What a batch task returns: the directory it wrote into, and its error.
+    struct BatchDone: Sendable {
+        let directory: FilePath
+        let error: IOError?
     }
 }

@@ -49,6 +49,9 @@ struct TreeCopy: Sendable {
     static let largestBatch = 32
     /// The batches (tasks) running at once for each core, at most.
     static let batchesPerCore = 4
+    /// The batches writing into one directory at once for each core, at
+    /// most: one running on each pool worker and one waiting behind it.
+    static let batchesPerCoreInOneDirectory = 2
 
     let options: IO.CopyOptions
     let handlers: Handlers?
