@@ -24,10 +24,11 @@ import RingIOBase
 /// futex.) The keeper is woken for a job (an eventfd in the set) only when
 /// no other worker sleeps. When no alarm keeper sleeps as it begins to
 /// wait, it keeps the timers' alarms too (its wait ends at the earliest,
-/// rounded up to a millisecond; an earlier one wakes it). While every
-/// worker runs a job the watchdog looks at the fds instead (every
-/// `stallNanoseconds` while the pool is in use): the handlers then wait
-/// for a worker in any case.
+/// rounded up to a millisecond; an earlier one wakes it). While no worker
+/// waits on the fds (the keeper runs a job) the watchdog looks within
+/// `keeperlessGraceNanoseconds`: a sleeping worker takes the role, or,
+/// while every worker runs a job, the watchdog reads the set itself (the
+/// handlers then wait for a worker in any case).
 ///
 /// Each watch holds a dup of its fd: the entry is that file's, so a close
 /// (or reuse) of the caller's number cannot leave a stale entry or remove
@@ -42,6 +43,10 @@ package final class PoolPoller: @unchecked Sendable {
     private let handlers = Locked<(table: [UInt64: @Sendable (UInt32) -> Void], next: UInt64)>(([:], 1))
     /// Live watches (no keeper is needed without one).
     let watchCount = Atomic<Int>(0)
+    /// Readinesses handled by a worker (the poll keeper) and by the
+    /// watchdog, so far (for tests and diagnostics).
+    package let byWorker = Atomic<Int>(0)
+    package let byWatchdog = Atomic<Int>(0)
 
     init?() {
         guard let ep = try? Syscall.epollCreate() else { return nil }
@@ -204,6 +209,9 @@ extension WorkerPool {
         if spawnWatchdog { startWatchdog() }
     }
 
+    /// The pool's epoll instance, if a watch made it (for tests and diagnostics).
+    package var readinessPollerIfMade: PoolPoller? { lock.withLock { poller } }
+
     /// Under the lock: whether fds are watched and no worker waits on them.
     var readinessUnkept: Bool {
         !pollWaiting && (poller?.watchCount.load(ordering: .relaxed) ?? 0) > 0
@@ -247,7 +255,12 @@ extension WorkerPool {
     /// a worker, submits meanwhile wake no other worker: this one takes
     /// their jobs next.
     private func runReadiness(_ ready: [(@Sendable (UInt32) -> Void, UInt32)], byWorker: Bool) {
-        guard !ready.isEmpty else { return }
+        guard !ready.isEmpty, let poller else { return }
+        if byWorker {
+            poller.byWorker.add(ready.count, ordering: .relaxed)
+        } else {
+            poller.byWatchdog.add(ready.count, ordering: .relaxed)
+        }
         if byWorker { firingWorkers += 1 }
         lock.unlock()
         DeliveryBatch().collect {

@@ -328,6 +328,9 @@ package final class WorkerPool: @unchecked Sendable {
             if alarmsUnkept {
                 until = Swift.min(until, earliestAlarm.load(ordering: .relaxed) &+ Self.keeperlessGraceNanoseconds)
             }
+            // Watched fds no worker waits on: look again soon (a sleeper
+            // then takes the role, or this thread looks at them).
+            if readinessUnkept { until = Swift.min(until, now &+ Self.keeperlessGraceNanoseconds) }
             _ = watchdogCondition.wait(untilNanoseconds: until)
             if waiting && jobs.hasStartable && idle == 0 && !keeperWaiting && !pollWaiting && started == before && threads < Self.maximumThreads {
                 // Jobs have waited a whole period with every worker busy and

@@ -13,9 +13,10 @@ import RingIOQueue
 /// file (a pipe whose writer closed).
 ///
 /// Level-triggered: while the fd stays readable and the handler did not
-/// drain it, the handler is called again. The watch is a multishot poll in
-/// the ring (no thread per source; on the thread-pool backend, one thread
-/// polls every watched fd). Close the fd in the cancel handler, not before.
+/// drain it, the handler is called again. The watch is an entry in the
+/// queue workers' epoll set (no thread per source: an idle worker waits on
+/// every watched fd and runs the handler itself) on a dup of the fd. Close
+/// the fd in the cancel handler, not before.
 ///
 /// ```swift
 /// let fds = try FileDescriptor.pipe()
@@ -42,7 +43,8 @@ public final class IOReadSource: IOSource, @unchecked Sendable {
     ///   - fileDescriptor: the fd to watch (a pipe, socket, tty, FIFO,
     ///     eventfd, or a regular file, which is always readable).
     ///   - queue: where the handlers run.
-    ///   - engine: whose ring (or readiness loop) watches the fd.
+    ///   - engine: whose ring (or readiness loop) watches an fd that
+    ///     epoll cannot (a regular file).
     public init(fileDescriptor: FileDescriptor, queue: IOQueue, engine: IOEngine = .shared) {
         readiness = Readiness(fd: fileDescriptor.rawValue, events: Int16(POLLIN), engine: engine)
         super.init(queue: queue, merge: .level)
@@ -81,7 +83,8 @@ public final class IOWriteSource: IOSource, @unchecked Sendable {
     /// - Parameters:
     ///   - fileDescriptor: the fd to watch.
     ///   - queue: where the handlers run.
-    ///   - engine: whose ring (or readiness loop) watches the fd.
+    ///   - engine: whose ring (or readiness loop) watches an fd that
+    ///     epoll cannot (a regular file).
     public init(fileDescriptor: FileDescriptor, queue: IOQueue, engine: IOEngine = .shared) {
         readiness = Readiness(fd: fileDescriptor.rawValue, events: Int16(POLLOUT), engine: engine)
         super.init(queue: queue, merge: .level)
