@@ -172,7 +172,7 @@ import RingIOTestSupport
 /// The pool's epoll set (WorkerPool+Readiness.swift): the worker the kernel
 /// wakes runs the handler; the rules that hold for every watch.
 @Suite struct SourceReadinessPoolTests {
-    /// The mechanism, not the rate: each readiness of a ping-pong is taken
+    /// The mechanism, not the rate: the readinesses of a ping-pong are taken
     /// by a pool worker from the epoll set, and none goes through the
     /// engine's ring (on the old code each cost an `io_uring_enter` of the
     /// ring thread, then a hand-off to a worker).
@@ -200,7 +200,9 @@ import RingIOTestSupport
         ab.write([1])
         #expect(done.wait(timeout: .seconds(300)))
         let taken = poller.byWorker.load(ordering: .relaxed) + poller.byWatchdog.load(ordering: .relaxed) - takenBefore
-        #expect(taken >= 400, "each of the 400 readinesses is taken from the pool's epoll set")
+        // (A readiness that came before its source's handler returned is
+        // seen by the look after the handler: no watch involved.)
+        #expect(taken >= 100, "the readinesses are taken from the pool's epoll set")
         #expect(engine.enterCalls - entersBefore < 50, "the engine's ring took no part")
         a.cancel()
         b.cancel()
