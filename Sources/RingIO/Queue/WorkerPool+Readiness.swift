@@ -26,9 +26,9 @@ import RingIOBase
 /// wait, it keeps the timers' alarms too (its wait ends at the earliest,
 /// rounded up to a millisecond; an earlier one wakes it). While no worker
 /// waits on the fds (the keeper runs a job) the watchdog looks within
-/// `keeperlessGraceNanoseconds`: a sleeping worker takes the role, or,
-/// while every worker runs a job, the watchdog reads the set itself (the
-/// handlers then wait for a worker in any case).
+/// `keeperlessGraceNanoseconds`: a sleeping worker takes the role, and
+/// the watchdog reads the set itself meanwhile (while every worker runs a
+/// job, the handlers then wait for a worker in any case).
 ///
 /// Each watch holds a dup of its fd: the entry is that file's, so a close
 /// (or reuse) of the caller's number cannot leave a stale entry or remove
@@ -189,19 +189,21 @@ extension WorkerPool {
     }
 
     /// A watch was added: makes sure a worker waits on the fds (a sleeper
-    /// takes the role, or a new worker; else the watchdog looks meanwhile).
+    /// takes the role, or a new worker), and the watchdog looks meanwhile.
     private func ensurePollKeeper() {
         var spawn = false
         var spawnWatchdog = false
         lock.lock()
-        if pollWaiting || spinning || firingWorkers > 0 {
-            // Waiting already, or a worker goes round its loop soon.
-        } else if idle > 0 {
-            lock.signal()
-        } else if threads < baseThreads {
-            threads += 1
-            spawn = true
-        } else {
+        if !pollWaiting {
+            // A sleeper takes the role, or a new worker, or a worker going
+            // round its loop; the watchdog looks until one does (the one
+            // woken may be an extra worker, which does not).
+            if idle > 0 {
+                lock.signal()
+            } else if threads < baseThreads && !spinning && firingWorkers == 0 {
+                threads += 1
+                spawn = true
+            }
             spawnWatchdog = needWatchdogLocked()
         }
         lock.unlock()
@@ -241,8 +243,8 @@ extension WorkerPool {
         return true
     }
 
-    /// Under the lock, on the watchdog: while every worker runs a job, looks
-    /// at the watched fds without waiting and runs the handlers of the ready ones.
+    /// Under the lock, on the watchdog: while no worker waits on the watched
+    /// fds, looks at them without waiting and runs the handlers of the ready ones.
     func pollReadinessFromWatchdog() {
         guard readinessUnkept, let poller else { return }
         lock.unlock()

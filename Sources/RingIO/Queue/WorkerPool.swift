@@ -289,7 +289,7 @@ package final class WorkerPool: @unchecked Sendable {
         var backgroundSince = monotonicNanoseconds()
         while true {
             let now = monotonicNanoseconds()
-            let poolIdle = jobs.isEmpty
+            let poolIdle = jobs.isEmpty && !readinessUnkept
                 && idle + (spinning ? 1 : 0) + (keeperWaiting ? 1 : 0) + (pollWaiting ? 1 : 0) == threads
             if poolIdle {
                 if let since = idleSince, now - since > Self.watchdogSleepAfterNanoseconds {
@@ -320,8 +320,12 @@ package final class WorkerPool: @unchecked Sendable {
                 // this thread fires them.
                 if idle > 0 { lock.signal() } else { fireDueAlarm(byWorker: false) }
             }
-            // The same for the watched fds (a sleeper would take the role).
-            if readinessUnkept { if idle > 0 { lock.signal() } else { pollReadinessFromWatchdog() } }
+            // The same for the watched fds: a sleeper may take the role (an
+            // extra worker does not), and this thread reads them meanwhile.
+            if readinessUnkept {
+                if idle > 0 { lock.signal() }
+                pollReadinessFromWatchdog()
+            }
             let before = started
             let waiting = jobs.hasStartable && idle == 0 && !keeperWaiting && !pollWaiting
             var until = now + Self.stallNanoseconds
