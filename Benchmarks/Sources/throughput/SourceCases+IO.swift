@@ -70,7 +70,7 @@ extension SourceBench {
     /// The process's context switches so far (every thread's, voluntary or not).
     static func contextSwitches() -> Int {
         var usage = rusage()
-        getrusage(RUSAGE_SELF, &usage)
+        getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
         return usage.ru_nvcsw + usage.ru_nivcsw
     }
 
