@@ -40,7 +40,7 @@ let package = Package(
         .target(
             // IOQueue, IOGroup, the worker pool, the executors.
             name: "RingIOQueue",
-            dependencies: ["RingIOBase"],
+            dependencies: ["RingIOBase", .product(name: "SystemPackage", package: "swift-system")],
             path: "Sources/RingIO/Queue"
         ),
         .target(

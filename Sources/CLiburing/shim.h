@@ -27,6 +27,7 @@
 #include <sys/vfs.h>
 #include <linux/futex.h>
 #include <stdint.h>
+#include <sys/epoll.h>
 #include <time.h>
 #include <sys/signalfd.h>
 #include <sys/inotify.h>
@@ -335,6 +336,38 @@ static inline int cliburing_bytes_readable(int fd) {
     int n = 0;
     return ioctl(fd, FIONREAD, &n) == 0 ? n : -errno;
 }
+
+/// epoll_ctl with the entry's events and 64-bit data (epoll_event is
+/// packed on x86_64), or -errno.
+static inline int cliburing_epoll_ctl(int epfd, int op, int fd, uint32_t events, uint64_t data) {
+    struct epoll_event e;
+    e.events = events;
+    e.data.u64 = data;
+    return epoll_ctl(epfd, op, fd, &e) == 0 ? 0 : -errno;
+}
+
+/// epoll_wait into separate arrays of data and events (at most 64), or -errno.
+static inline int cliburing_epoll_wait(int epfd, uint64_t *data, uint32_t *events, int max, int timeout) {
+    struct epoll_event e[64];
+    if (max > 64) max = 64;
+    int n = epoll_wait(epfd, e, max, timeout);
+    if (n < 0) return -errno;
+    for (int i = 0; i < n; i++) { data[i] = e[i].data.u64; events[i] = e[i].events; }
+    return n;
+}
+
+/// epoll_create1(EPOLL_CLOEXEC), or -errno.
+static inline int cliburing_epoll_create(void) {
+    int fd = epoll_create1(EPOLL_CLOEXEC);
+    return fd >= 0 ? fd : -errno;
+}
+
+/// EPOLLIN, EPOLLOUT, EPOLLONESHOT and the epoll_ctl operations.
+static inline uint32_t cliburing_epollin(void) { return EPOLLIN; }
+static inline uint32_t cliburing_epolloneshot(void) { return EPOLLONESHOT; }
+static inline int cliburing_epoll_ctl_add(void) { return EPOLL_CTL_ADD; }
+static inline int cliburing_epoll_ctl_mod(void) { return EPOLL_CTL_MOD; }
+static inline int cliburing_epoll_ctl_del(void) { return EPOLL_CTL_DEL; }
 
 /// The capacity of the pipe `fd` is an end of (F_GETPIPE_SZ), or -errno.
 static inline int cliburing_pipe_capacity(int fd) {

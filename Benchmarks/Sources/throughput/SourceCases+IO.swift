@@ -9,8 +9,9 @@ import BenchSupport
 
 extension SourceBench {
     /// Round trips per second of one byte bounced between two read sources
-    /// over two pipes.
-    static func pingPong(ringio: Bool, seconds: Double) -> Double {
+    /// over two pipes, and the process's context switches per round trip
+    /// (voluntary and not, every thread's: `getrusage`).
+    static func pingPong(ringio: Bool, seconds: Double) -> (rate: Double, switches: Double) {
         var ab: [Int32] = [0, 0], ba: [Int32] = [0, 0]
         pipe(&ab)
         pipe(&ba)
@@ -52,6 +53,7 @@ extension SourceBench {
         }
         usleep(50_000)
         var one: UInt8 = 1
+        let switchesBefore = contextSwitches()
         let start = ContinuousClock.now
         _ = write(abW, &one, 1)
         usleep(UInt32(seconds * 1e6))
@@ -59,9 +61,17 @@ extension SourceBench {
         _ = stopped.wait(timeout: .now() + 5)
         let elapsed = micros(ContinuousClock.now - start) / 1e6
         let n = rounds.load(ordering: .relaxed)
+        let switches = contextSwitches() - switchesBefore
         for c in cancel { c() }
         usleep(50_000)
-        return Double(n) / elapsed
+        return (Double(n) / elapsed, Double(switches) / Double(max(n, 1)))
+    }
+
+    /// The process's context switches so far (every thread's, voluntary or not).
+    static func contextSwitches() -> Int {
+        var usage = rusage()
+        getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+        return usage.ru_nvcsw + usage.ru_nivcsw
     }
 
     /// Write → file-system source handler, one write at a time.

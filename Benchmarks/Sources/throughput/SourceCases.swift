@@ -64,7 +64,7 @@ enum SourceBench {
         if runs("pingpong") {
             let ppR = pingPong(ringio: true, seconds: seconds)
             let ppD = pingPong(ringio: false, seconds: seconds)
-            row("| pipe ping-pong round trips/s | \(Int(ppR)) | \(Int(ppD)) | DispatchSource read; ratio \(f(ppR / ppD, 2))× |")
+            row("| pipe ping-pong round trips/s (context switches per round trip) | \(Int(ppR.rate)) (\(f(ppR.switches, 2))) | \(Int(ppD.rate)) (\(f(ppD.switches, 2))) | DispatchSource read; ratio \(f(ppR.rate / ppD.rate, 2))× |")
         }
         if runs("fs") {
             let fs = fileSystemLatency(count: Int(seconds * 200))

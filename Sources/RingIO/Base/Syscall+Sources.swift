@@ -21,6 +21,9 @@ extension Syscall.Call {
     package static let inotifyAddWatch = Syscall.Call("inotify_add_watch")
     package static let pidfdOpen = Syscall.Call("pidfd_open")
     package static let waitid = Syscall.Call("waitid")
+    package static let epollCreate = Syscall.Call("epoll_create1")
+    package static let epollControl = Syscall.Call("epoll_ctl")
+    package static let epollWait = Syscall.Call("epoll_wait")
 }
 
 extension Syscall {
@@ -218,5 +221,74 @@ extension Syscall {
     /// The corresponding C function is `inotify_rm_watch`.
     package static func inotifyRemoveWatch(_ inotify: CInt, _ wd: CInt) {
         _ = CLiburing.inotify_rm_watch(inotify, wd)
+    }
+
+    /// A new epoll instance (close-on-exec).
+    ///
+    /// The corresponding C function is `epoll_create1`.
+    ///
+    /// - Returns: Its descriptor.
+    /// - Throws: The `Errno` of the failed call (`EMFILE`).
+    package static func epollCreate() throws(Errno) -> CInt {
+        try retryingInterrupts(.epollCreate) { () throws(Errno) in try valueOrNegatedErrno(cliburing_epoll_create()) }
+    }
+
+    /// The `epoll_ctl` operations.
+    package enum EpollOperation {
+        case add, modify, delete
+        var raw: CInt {
+            switch self {
+            case .add: cliburing_epoll_ctl_add()
+            case .modify: cliburing_epoll_ctl_mod()
+            case .delete: cliburing_epoll_ctl_del()
+            }
+        }
+    }
+
+    /// `EPOLLONESHOT`: the entry reports one readiness, then waits for a modify.
+    package static var epollOneShot: UInt32 { cliburing_epolloneshot() }
+    /// `EPOLLIN`.
+    package static var epollIn: UInt32 { cliburing_epollin() }
+
+    /// Adds, changes or removes `fd`'s entry in epoll instance `epfd`.
+    ///
+    /// The corresponding C function is `epoll_ctl`.
+    ///
+    /// - Parameters:
+    ///   - epfd: The epoll instance.
+    ///   - operation: What to do.
+    ///   - fd: The watched descriptor.
+    ///   - events: `EPOLLIN` (`POLLIN`), `EPOLLOUT` (`POLLOUT`), `epollOneShot`.
+    ///   - data: What `epollWait` reports with its events.
+    /// - Throws: The `Errno` of the failed call (`ENOENT`, `EEXIST`, `EPERM`: a regular file).
+    package static func epollControl(_ epfd: CInt, _ operation: EpollOperation, _ fd: CInt,
+                                     events: UInt32, data: UInt64) throws(Errno) {
+        _ = try retryingInterrupts(.epollControl, .fd(fd)) { () throws(Errno) in
+            try valueOrNegatedErrno(cliburing_epoll_ctl(epfd, operation.raw, fd, events, data))
+        }
+    }
+
+    /// Waits up to `timeout` milliseconds (-1: without end, 0: not at all)
+    /// for ready entries of `epfd` (at most 64). An interrupted wait returns 0.
+    ///
+    /// The corresponding C function is `epoll_wait`.
+    ///
+    /// - Parameters:
+    ///   - epfd: The epoll instance.
+    ///   - data: Filled with the ready entries' data.
+    ///   - events: Filled with their events (as many as `data`).
+    ///   - timeout: Milliseconds, or -1.
+    /// - Returns: How many are ready.
+    /// - Throws: The `Errno` of the failed call.
+    package static func epollWait(_ epfd: CInt, data: UnsafeMutableBufferPointer<UInt64>,
+                                  events: UnsafeMutableBufferPointer<UInt32>, timeout: CInt) throws(Errno) -> Int {
+        do throws(Errno) {
+            return Int(try once(.epollWait, .fd(epfd)) { () throws(Errno) in
+                try valueOrNegatedErrno(cliburing_epoll_wait(epfd, data.baseAddress, events.baseAddress,
+                                                             CInt(Swift.min(data.count, events.count)), timeout))
+            })
+        } catch .interrupted {
+            return 0
+        }
     }
 }

@@ -61,6 +61,9 @@ extension WorkerPool {
         alarm.deadline = deadline
         let earliest = Swift.min(earliestAlarm.load(ordering: .relaxed), deadline)
         earliestAlarm.store(earliest, ordering: .relaxed)
+        // A poll keeper that keeps the alarms too (no keeper did when it
+        // began to wait) looks again.
+        if pollWaiting && pollUntil != .max && deadline < pollUntil { wakePollKeeperLocked() }
         if keeperWaiting {
             if deadline < keeperUntil { keeperCondition.signal() }
         } else if spinning || firingWorkers > 0 {
@@ -155,7 +158,7 @@ extension WorkerPool {
 
     /// Under the lock: alarms are scheduled and no worker keeps them.
     var alarmsUnkept: Bool {
-        !keeperWaiting && !spinning && firingWorkers == 0 && earliestAlarm.load(ordering: .relaxed) != .max
+        !keeperWaiting && !(pollWaiting && pollUntil != .max) && !spinning && firingWorkers == 0 && earliestAlarm.load(ordering: .relaxed) != .max
     }
 
     /// Under the lock, on an idle worker with alarms scheduled and no

@@ -88,6 +88,13 @@ package final class WorkerPool: @unchecked Sendable {
     /// `keepAlarms`).
     var lastAlarmFire: UInt64 = 0
     var alarmsFrequent = false
+    /// The read and write sources' fds (made on first use), the worker
+    /// waiting on them (the poll keeper), whether it was woken, and its
+    /// wait's end (see WorkerPool+Readiness.swift).
+    var poller: PoolPoller?
+    var pollWaiting = false
+    var pollWoken = false
+    var pollUntil: UInt64 = .max
     let baseThreads: Int
 
     private init() {
@@ -118,7 +125,7 @@ package final class WorkerPool: @unchecked Sendable {
         lock.lock()
         add(&jobs)
         submissions.add(1, ordering: .releasing)
-        if spinning && (idle > 0 || keeperWaiting) && jobs.hasStartable
+        if spinning && (idle > 0 || keeperWaiting || pollWaiting) && jobs.hasStartable
             && spin.pollerStalled(now: monotonicNanoseconds()) {
             // The polling worker has not looked for 50 µs: it lost its CPU
             // (beside busy threads, for a time slice). A sleeper takes the
@@ -129,7 +136,7 @@ package final class WorkerPool: @unchecked Sendable {
             // (this is one of the jobs they enqueue); or it is a
             // `.background` job that waits for a running one to end (that
             // worker takes it).
-        } else if idle > 0 || keeperWaiting {
+        } else if idle > 0 || keeperWaiting || pollWaiting {
             wakeOneLocked()
         } else if threads < baseThreads {
             threads += 1
@@ -142,7 +149,8 @@ package final class WorkerPool: @unchecked Sendable {
         // pool is in use; it sleeps only after a second of complete idleness,
         // and the next submit wakes it.
         if !watchdogRunning {
-            if jobs.count > idle + (keeperWaiting ? 1 : 0) + (spinning ? 1 : 0) + firingWorkers + (spawn ? 1 : 0)
+            if jobs.count > idle + (keeperWaiting ? 1 : 0) + (pollWaiting ? 1 : 0) + (spinning ? 1 : 0) + firingWorkers
+                + (spawn ? 1 : 0)
                 || (jobs.backgroundFull && jobs.waitingBackground > 0) {
                 watchdogRunning = true
                 spawnWatchdog = true
@@ -157,10 +165,17 @@ package final class WorkerPool: @unchecked Sendable {
     }
 
     /// Under the lock: wakes a sleeping worker, or else the keeper (which
-    /// then leaves the alarms to the watchdog while it runs the job).
+    /// then leaves the alarms to the watchdog while it runs the job), or
+    /// else the poll keeper.
     @inline(__always)
     func wakeOneLocked() {
-        if idle > 0 { lock.signal() } else if keeperWaiting { keeperCondition.signal() }
+        if idle > 0 {
+            lock.signal()
+        } else if keeperWaiting {
+            keeperCondition.signal()
+        } else if pollWaiting {
+            wakePollKeeperLocked()
+        }
     }
 
     func startWatchdog() {
@@ -193,9 +208,10 @@ package final class WorkerPool: @unchecked Sendable {
             if let (job, level) = jobs.popFirst() {
                 started &+= 1
                 if jobs.hasStartable && !spinning { wakeOneLocked() }
-                // No worker keeps the alarms while this one runs its job:
-                // the watchdog does (see `PoolAlarm`).
-                let spawnWatchdog = alarmsUnkept && needWatchdogLocked()
+                // No worker keeps the alarms (or waits on the watched fds)
+                // while this one runs its job: the watchdog does (see
+                // `PoolAlarm`, `PoolPoller`).
+                let spawnWatchdog = (alarmsUnkept || readinessUnkept) && needWatchdogLocked()
                 lock.unlock()
                 if spawnWatchdog { startWatchdog() }
                 // `consume`: the job's references go here, outside the
@@ -210,6 +226,9 @@ package final class WorkerPool: @unchecked Sendable {
                 continue
             }
             if fireDueAlarm(byWorker: true) { continue }
+            // Watched fds no worker waits on: this one does (before polling:
+            // the next readiness is often the job that comes next).
+            if !extra && keepReadiness() { continue }
             if !spinning && spin.allowed {
                 // Poll for a short while before sleeping: waking a sleeping
                 // thread costs 5–50 µs, more than most handlers take.
@@ -233,6 +252,7 @@ package final class WorkerPool: @unchecked Sendable {
                 keepAlarms()
                 continue
             }
+            if !extra && keepReadiness() { continue }
             idle += 1
             if extra {
                 let deadline = monotonicNanoseconds() + Self.extraIdleNanoseconds
@@ -269,7 +289,8 @@ package final class WorkerPool: @unchecked Sendable {
         var backgroundSince = monotonicNanoseconds()
         while true {
             let now = monotonicNanoseconds()
-            let poolIdle = jobs.isEmpty && idle + (spinning ? 1 : 0) + (keeperWaiting ? 1 : 0) == threads
+            let poolIdle = jobs.isEmpty && !readinessUnkept
+                && idle + (spinning ? 1 : 0) + (keeperWaiting ? 1 : 0) + (pollWaiting ? 1 : 0) == threads
             if poolIdle {
                 if let since = idleSince, now - since > Self.watchdogSleepAfterNanoseconds {
                     watchdogAsleep = true
@@ -299,14 +320,23 @@ package final class WorkerPool: @unchecked Sendable {
                 // this thread fires them.
                 if idle > 0 { lock.signal() } else { fireDueAlarm(byWorker: false) }
             }
+            // The same for the watched fds: a sleeper may take the role (an
+            // extra worker does not), and this thread reads them meanwhile.
+            if readinessUnkept {
+                if idle > 0 { lock.signal() }
+                pollReadinessFromWatchdog()
+            }
             let before = started
-            let waiting = jobs.hasStartable && idle == 0 && !keeperWaiting
+            let waiting = jobs.hasStartable && idle == 0 && !keeperWaiting && !pollWaiting
             var until = now + Self.stallNanoseconds
             if alarmsUnkept {
                 until = Swift.min(until, earliestAlarm.load(ordering: .relaxed) &+ Self.keeperlessGraceNanoseconds)
             }
+            // Watched fds no worker waits on: look again soon (a sleeper
+            // then takes the role, or this thread looks at them).
+            if readinessUnkept { until = Swift.min(until, now &+ Self.keeperlessGraceNanoseconds) }
             _ = watchdogCondition.wait(untilNanoseconds: until)
-            if waiting && jobs.hasStartable && idle == 0 && !keeperWaiting && started == before && threads < Self.maximumThreads {
+            if waiting && jobs.hasStartable && idle == 0 && !keeperWaiting && !pollWaiting && started == before && threads < Self.maximumThreads {
                 // Jobs have waited a whole period with every worker busy and
                 // none started: the workers are blocked. Add one.
                 threads += 1

@@ -13,9 +13,10 @@ import RingIOQueue
 /// file (a pipe whose writer closed).
 ///
 /// Level-triggered: while the fd stays readable and the handler did not
-/// drain it, the handler is called again. The watch is a multishot poll in
-/// the ring (no thread per source; on the thread-pool backend, one thread
-/// polls every watched fd). Close the fd in the cancel handler, not before.
+/// drain it, the handler is called again. The watch is an entry in the
+/// queue workers' epoll set (no thread per source: an idle worker waits on
+/// every watched fd and runs the handler itself) on a dup of the fd. Close
+/// the fd in the cancel handler, not before.
 ///
 /// ```swift
 /// let fds = try FileDescriptor.pipe()
@@ -42,7 +43,8 @@ public final class IOReadSource: IOSource, @unchecked Sendable {
     ///   - fileDescriptor: the fd to watch (a pipe, socket, tty, FIFO,
     ///     eventfd, or a regular file, which is always readable).
     ///   - queue: where the handlers run.
-    ///   - engine: whose ring (or readiness loop) watches the fd.
+    ///   - engine: whose ring (or readiness loop) watches an fd that
+    ///     epoll cannot (a regular file).
     public init(fileDescriptor: FileDescriptor, queue: IOQueue, engine: IOEngine = .shared) {
         readiness = Readiness(fd: fileDescriptor.rawValue, events: Int16(POLLIN), engine: engine)
         super.init(queue: queue, merge: .level)
@@ -81,7 +83,8 @@ public final class IOWriteSource: IOSource, @unchecked Sendable {
     /// - Parameters:
     ///   - fileDescriptor: the fd to watch.
     ///   - queue: where the handlers run.
-    ///   - engine: whose ring (or readiness loop) watches the fd.
+    ///   - engine: whose ring (or readiness loop) watches an fd that
+    ///     epoll cannot (a regular file).
     public init(fileDescriptor: FileDescriptor, queue: IOQueue, engine: IOEngine = .shared) {
         readiness = Readiness(fd: fileDescriptor.rawValue, events: Int16(POLLOUT), engine: engine)
         super.init(queue: queue, merge: .level)
@@ -102,16 +105,40 @@ public final class IOWriteSource: IOSource, @unchecked Sendable {
     }
 }
 
-/// The readiness watch of a read or write source.
+/// The readiness watch of a read or write source: a one-shot entry in the
+/// worker pool's epoll set (`PoolWatch`: the idle worker the kernel wakes
+/// runs the handler, one wake-up per readiness), or, for an fd epoll cannot
+/// watch (a regular file: `EPERM`) or when the pool has no epoll instance,
+/// the engine's poll (`FDWatch`).
 final class Readiness: Sendable {
+    private enum Watch {
+        case pool(PoolWatch)
+        case engine(FDWatch)
+
+        func stop() {
+            switch self {
+            case .pool(let w): w.stop()
+            case .engine(let w): w.stop()
+            }
+        }
+
+        func rearm() {
+            switch self {
+            case .pool(let w): w.arm()
+            case .engine(let w): w.rearmIfEnded()
+            }
+        }
+    }
+
     private struct Watching {
-        var watch: FDWatch?
+        var watch: Watch?
         /// The source, from `start` to `stop` (a strong reference: a weak
         /// one gave the source a side table, which made each of its
         /// retains and releases take the slow path). The cycle through
         /// the watch ends at `stop`, which `cancel` calls; an active source
         /// keeps itself alive until then anyway.
         var source: IOSource?
+        var stopped = false
     }
 
     let fd: Int32
@@ -131,20 +158,37 @@ final class Readiness: Sendable {
         } catch {
             return error
         }
+        watching.withLock { $0.source = source }
         // A stopped source's last readiness finds nothing.
-        let w = FDWatch(engine: engine, fd: fd, events: events, rearmAtOnce: false,
-                        onReady: { [self] _ in watching.withLock { $0.source }?.mergeEvent(1) })
-        watching.withLock {
-            $0.watch = w
-            $0.source = source
+        let onReady: @Sendable () -> Void = { [self] in watching.withLock { $0.source }?.mergeEvent(1) }
+        let watch: Watch
+        do throws(Errno) {
+            watch = .pool(try WorkerPool.shared.watch(fd: fd, events: UInt32(UInt16(bitPattern: events))) { _ in
+                onReady()
+            })
+        } catch .badFileDescriptor {
+            return .badFileDescriptor
+        } catch {
+            let w = FDWatch(engine: engine, fd: fd, events: events, rearmAtOnce: false, onReady: { _ in onReady() })
+            w.rearmIfEnded()
+            watch = .engine(w)
         }
-        w.rearmIfEnded()
+        let stopNow = watching.withLock { w -> Bool in
+            if w.stopped { return true }
+            w.watch = watch
+            return false
+        }
+        if stopNow { watch.stop() }  // cancelled meanwhile
         return nil
     }
 
     func stop() {
-        let (watch, source) = watching.withLock { w -> (FDWatch?, IOSource?) in
-            defer { w.source = nil }
+        let (watch, source) = watching.withLock { w -> (Watch?, IOSource?) in
+            w.stopped = true
+            defer {
+                w.source = nil
+                w.watch = nil
+            }
             return (w.watch, w.source)
         }
         watch?.stop()
@@ -159,7 +203,7 @@ final class Readiness: Sendable {
         if ready & (events | Int16(POLLHUP | POLLERR)) != 0 {
             source.mergeEvent(1)
         } else {
-            watching.withLock { $0.watch }?.rearmIfEnded()
+            watching.withLock { $0.watch }?.rearm()
         }
     }
 }
