@@ -54,7 +54,13 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
         /// unscheduled until it is done, which schedules it for the
         /// earliest deadline then.
         var firing = false
+        /// The due fires' buffer, between fires (kept with its capacity).
+        var spare: [Due] = []
     }
+
+    /// A due timer: its token, its fires due by now (a repeating one's
+    /// count), and what it calls.
+    private typealias Due = (id: UInt64, fires: Int64, fire: Fire)
 
     private let state = Locked(State())
     private let pool = WorkerPool.shared
@@ -167,51 +173,53 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
     /// end can schedule, fires nothing: the first schedules the alarm for
     /// what is due when it is done.)
     func alarmEnded() {
-        var due: [(id: UInt64, when: Int64, fire: Fire)] = []
         var t: Int64 = 0
-        let first = state.withLock { s -> Bool in
-            guard !s.firing else { return false }
+        guard var due = state.withLock({ s -> [Due]? in
+            guard !s.firing else { return nil }
             t = now
             s.scheduled = nil
             s.firing = true
+            var due = s.spare
+            s.spare = []
             while let top = s.table.firstDue(by: t) {
-                s.table.removeFirst()
-                if case .closure = top.fire { s.table.take(top.id) }
-                due.append(top)
+                switch top.fire {
+                case .closure:
+                    s.table.removeFirst()
+                    s.table.take(top.id)
+                    due.append((top.id, 1, top.fire))
+                case .target(_, _, let period) where period > 0:
+                    // Repeat n is due at when + n × period: every one due
+                    // by `t` is this fire's; the next, the first still
+                    // ahead, is where its entry moves now (one sift; a
+                    // `timerFired` that returns false takes it after).
+                    let fires = t > top.when ? (t - top.when) / period + 1 : 1
+                    let (product, over) = fires.multipliedReportingOverflow(by: period)
+                    let (next, overNext) = top.when.addingReportingOverflow(product)
+                    s.table.moveFirst(to: over || overNext ? Int64.max : next)
+                    due.append((top.id, fires, top.fire))
+                case .target:
+                    // A one-shot keeps its slot (and token) until it has fired.
+                    s.table.removeFirst()
+                    due.append((top.id, 1, top.fire))
+                }
             }
-            return true
-        }
-        guard first else { return }
-        // A target's timer keeps its slot (and token) while it fires; a
-        // repeating one goes back on the heap at its next due time, all in
-        // one turn of the lock below.
-        var again: [(id: UInt64, when: Int64)] = []
+            return due
+        }) else { return }
         var done: [UInt64] = []
-        for (id, when, fire) in due {
+        for (id, fires, fire) in due {
             switch fire {
             case .closure(let body):
                 body()
             case .target(let target, let argument, let period):
-                guard period > 0 else {
-                    _ = target.timerFired(argument, fires: 1)
-                    done.append(id)
-                    continue
-                }
-                // Repeat n is due at when + n × period: every one due by
-                // `t` is this fire's; the next is the first still ahead.
-                let fires = t > when ? (t - when) / period + 1 : 1
-                let (product, over) = fires.multipliedReportingOverflow(by: period)
-                let (next, overNext) = when.addingReportingOverflow(product)
-                if target.timerFired(argument, fires: UInt(fires)) {
-                    again.append((id, over || overNext ? Int64.max : next))
-                } else {
-                    done.append(id)
-                }
+                if !target.timerFired(argument, fires: UInt(fires)) || period == 0 { done.append(id) }
             }
         }
+        // The buffer goes back for the next fire (one worker fires at a
+        // time: no allocation per fire once it has grown).
+        due.removeAll(keepingCapacity: true)
         state.withLock { s in
-            for (id, when) in again { s.table.rearm(id, at: when) }
             for id in done { s.table.take(id) }
+            s.spare = due
             s.firing = false
             // Cancelled entries on top are dropped, so that the alarm is
             // for a live timer.
