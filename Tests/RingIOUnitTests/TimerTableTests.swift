@@ -15,7 +15,8 @@ struct TimerTableTests {
         #expect(table.liveCount == 3)
         let notYet = table.firstDue(by: 9)
         let due = table.firstDue(by: 10)
-        #expect(notYet == nil && due?.fire == "early")
+        let dueFire = due.flatMap { table.fire(of: $0.id) }
+        #expect(notYet == nil && due?.id == early && dueFire == "early")
         table.removeFirst()
         let taken = table.take(early), again = table.take(early)
         #expect(taken == "early" && again == nil)
@@ -60,7 +61,7 @@ struct TimerTableTests {
         var seen: [Int] = []
         while let top = table.firstDue(by: 1_000) {
             table.removeFirst()
-            seen.append(top.fire)
+            seen.append(table.fire(of: top.id)!)
         }
         #expect(seen == [-1] + Array(150..<200))
     }

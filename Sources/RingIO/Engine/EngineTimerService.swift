@@ -181,12 +181,12 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
             s.firing = true
             var due = s.spare
             s.spare = []
-            while let top = s.table.firstDue(by: t) {
-                switch top.fire {
+            while let top = s.table.firstDue(by: t), let fire = s.table.fire(of: top.id) {
+                switch fire {
                 case .closure:
                     s.table.removeFirst()
                     s.table.take(top.id)
-                    due.append((top.id, 1, top.fire))
+                    due.append((top.id, 1, fire))
                 case .target(_, _, let period) where period > 0:
                     // Repeat n is due at when + n × period: every one due
                     // by `t` is this fire's; the next, the first still
@@ -196,11 +196,11 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
                     let (product, over) = fires.multipliedReportingOverflow(by: period)
                     let (next, overNext) = top.when.addingReportingOverflow(product)
                     s.table.moveFirst(to: over || overNext ? Int64.max : next)
-                    due.append((top.id, fires, top.fire))
+                    due.append((top.id, fires, fire))
                 case .target:
                     // A one-shot keeps its slot (and token) until it has fired.
                     s.table.removeFirst()
-                    due.append((top.id, 1, top.fire))
+                    due.append((top.id, 1, fire))
                 }
             }
             return due

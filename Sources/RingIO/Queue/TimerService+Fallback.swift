@@ -134,8 +134,7 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
             var due: [@Sendable () -> Void] = []
             while let head = table.firstDue(by: now) {
                 table.removeFirst()
-                table.take(head.id)
-                due.append(head.fire)
+                if let fire = table.take(head.id) { due.append(fire) }
             }
             lock.unlock()
             // The work the fires enqueue goes to the pool in one batch (one

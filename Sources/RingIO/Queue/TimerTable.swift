@@ -85,20 +85,27 @@ package struct TimerTable<Fire> {
         return slot < fires.count && generations[slot] == UInt32(truncatingIfNeeded: id >> 32) && fires[slot] != nil
     }
 
-    /// The earliest live entry (dead ones on top are dropped); nil when none.
-    @inlinable package mutating func first() -> (id: UInt64, when: Int64, fire: Fire)? {
+    /// The fire of live timer `id`, which stays live; nil when it was taken
+    /// or `id` is stale.
+    @inlinable package func fire(of id: UInt64) -> Fire? {
+        let slot = Int(truncatingIfNeeded: id & 0xFFFF_FFFF)
+        guard slot < fires.count, generations[slot] == UInt32(truncatingIfNeeded: id >> 32) else { return nil }
+        return fires[slot]
+    }
+
+    /// The earliest live entry's token and deadline (dead entries on top
+    /// are dropped); nil when none. (Not its fire: a copy retains it, and
+    /// the caller that wants it takes or reads it once, `take`/`fire(of:)`.)
+    @inlinable package mutating func first() -> (id: UInt64, when: Int64)? {
         while let top = heap.first {
-            let slot = Int(truncatingIfNeeded: top.payload & 0xFFFF_FFFF)
-            if generations[slot] == UInt32(truncatingIfNeeded: top.payload >> 32), let fire = fires[slot] {
-                return (top.payload, top.when, fire)
-            }
+            if isLive(top.payload) { return (top.payload, top.when) }
             heap.popFirst()
         }
         return nil
     }
 
     /// The earliest live entry if it is due by `now`.
-    @inlinable package mutating func firstDue(by now: Int64) -> (id: UInt64, when: Int64, fire: Fire)? {
+    @inlinable package mutating func firstDue(by now: Int64) -> (id: UInt64, when: Int64)? {
         guard let top = first(), top.when <= now else { return nil }
         return top
     }
