@@ -181,6 +181,21 @@ struct IdleSpinTests {
         #expect(!polled)
     }
 
+    @Test("preempted polls in a streak pause polling longer each time, up to 32×; a streak ends after 10 s without one")
+    func pauseGrowsInAStreak() {
+        let spin = IdleSpin(budget: 1_000)
+        let base = IdleSpin.pauseNanoseconds
+        var t: UInt64 = 1_000_000_000
+        #expect(spin.notePreemption(now: t) == t + base)
+        for factor: UInt64 in [2, 4, 8, 16, 32, 32] {
+            t += 1_000_000
+            #expect(spin.notePreemption(now: t) == t + base * factor)
+        }
+        t += IdleSpin.streakNanoseconds + 1
+        #expect(spin.notePreemption(now: t) == t + base)
+        #expect(spin.preemptedPolls == 8)
+    }
+
     @Test("a poller silent for longer than the stall limit counts as stalled; each look refreshes it")
     func stalledPoller() {
         let spin = IdleSpin(budget: 1_000)

@@ -9,6 +9,20 @@ import RingIOTestSupport
 /// fires on itself (the timer services' wake-up).
 @Suite("Worker pool alarms")
 struct PoolAlarmTests {
+    @Test("the watchdog, having woken a sleeper for an overdue alarm, looks again only after the grace from now (it looked again at once: a busy loop)")
+    func watchdogGivesTheWokenSleeperItsGrace() {
+        let grace = WorkerPool.keeperlessGraceNanoseconds
+        let now: UInt64 = 50_000_000
+        // An alarm 10 ms overdue: its grace is long past.
+        let overdue = now - 10_000_000
+        #expect(WorkerPool.watchdogWake(now: now, unkeptAlarm: overdue, wokeSleeper: true) == now + grace)
+        // Not woken (it fired the alarm itself): what is due next is due at once.
+        #expect(WorkerPool.watchdogWake(now: now, unkeptAlarm: overdue, wokeSleeper: false) == overdue + grace)
+        // An alarm ahead: its grace after it; none: the stall period.
+        #expect(WorkerPool.watchdogWake(now: now, unkeptAlarm: now + 1_000_000, wokeSleeper: false) == now + 1_000_000 + grace)
+        #expect(WorkerPool.watchdogWake(now: now, unkeptAlarm: nil, wokeSleeper: false) == now + WorkerPool.stallNanoseconds)
+    }
+
     @Test("an alarm fires once, never before its deadline; a moved alarm fires at its new deadline only")
     func firesOnceNeverEarly() {
         let pool = WorkerPool.shared

@@ -62,6 +62,15 @@ package struct DeadlineHeap<Payload> {
         return first
     }
 
+    /// Gives the earliest element a new `when` and `sequence` (same
+    /// payload) and restores the order: one sift down, where `popFirst`
+    /// and `push` cost two. Does nothing when empty.
+    @inlinable package mutating func replaceFirst(when: Int64, sequence: UInt64) {
+        guard !elements.isEmpty else { return }
+        elements[0] = Element(when: when, sequence: sequence, payload: elements[0].payload)
+        siftDown(0)
+    }
+
     /// Drops the elements `shouldRemove` picks and restores the heap order
     /// (Floyd's build: O(n)).
     @inlinable package mutating func removeAll(where shouldRemove: (Element) -> Bool) {

@@ -44,68 +44,23 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
     }
 
     private struct State {
-        /// Deadlines, each with its token as payload (ties: arming order).
-        var heap = DeadlineHeap<UInt64>()
-        /// The fires of the live timers, by slot (a token's low 32 bits);
-        /// nil: a free slot. (A dictionary by id cost a hash per arm, fire
-        /// and cancel: a few percent of the CPU with 10,000 timers.)
-        var fires: [Fire?] = []
-        /// Each slot's generation (a token's high 32 bits), bumped when the
-        /// slot is freed, so that a stale token names nothing.
-        var generations: [UInt32] = []
-        var freeSlots: [Int] = []
-        var liveCount = 0
-        var armed: UInt64 = 0
+        /// The armed timers (see `TimerTable`). A closure's fire frees its
+        /// slot when it is popped; a target's keeps it until `alarmEnded`
+        /// knows whether it repeats.
+        var table = TimerTable<Fire>()
         /// The deadline the pool's alarm is scheduled for.
         var scheduled: Int64?
         /// A worker runs fires now (`alarmEnded`): the alarm stays
         /// unscheduled until it is done, which schedules it for the
         /// earliest deadline then.
         var firing = false
-
-        mutating func add(_ fire: Fire) -> UInt64 {
-            let slot: Int
-            if let free = freeSlots.popLast() {
-                slot = free
-                fires[slot] = fire
-            } else {
-                slot = fires.count
-                fires.append(fire)
-                generations.append(0)
-            }
-            liveCount += 1
-            return UInt64(generations[slot]) << 32 | UInt64(slot)
-        }
-
-        /// The fire of live timer `id`, freeing its slot; nil when it fired
-        /// or was cancelled.
-        mutating func take(_ id: UInt64) -> Fire? {
-            let slot = Int(id & 0xFFFF_FFFF)
-            guard slot < fires.count, generations[slot] == UInt32(truncatingIfNeeded: id >> 32),
-                  let fire = fires[slot] else { return nil }
-            fires[slot] = nil
-            generations[slot] &+= 1
-            freeSlots.append(slot)
-            liveCount -= 1
-            return fire
-        }
-
-        /// The fire of live timer `id`, which is due: a closure's frees its
-        /// slot; a target's keeps it until `alarmEnded` knows whether it
-        /// repeats. Nil when it was cancelled.
-        mutating func fire(of id: UInt64) -> Fire? {
-            let slot = Int(id & 0xFFFF_FFFF)
-            guard slot < fires.count, generations[slot] == UInt32(truncatingIfNeeded: id >> 32),
-                  let fire = fires[slot] else { return nil }
-            if case .closure = fire { return take(id) }
-            return fire
-        }
-
-        func isLive(_ id: UInt64) -> Bool {
-            let slot = Int(id & 0xFFFF_FFFF)
-            return generations[slot] == UInt32(truncatingIfNeeded: id >> 32) && fires[slot] != nil
-        }
+        /// The due fires' buffer, between fires (kept with its capacity).
+        var spare: [Due] = []
     }
+
+    /// A due timer: its token, its fires due by now (a repeating one's
+    /// count), and what it calls.
+    private typealias Due = (id: UInt64, fires: Int64, fire: Fire)
 
     private let state = Locked(State())
     private let pool = WorkerPool.shared
@@ -150,7 +105,7 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
     }
 
     /// The number of timers armed and not yet fired or cancelled.
-    package var count: Int { state.withLock { $0.liveCount } }
+    package var count: Int { state.withLock { $0.table.liveCount } }
 
     package func arm(deadline: ContinuousClock.Instant, leeway: Duration,
                      _ fire: @escaping @Sendable () -> Void) -> TimerToken {
@@ -177,9 +132,7 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
 
     private func arm(_ d: Int64, _ fire: Fire) -> TimerToken {
         state.withLock { s -> TimerToken in
-            let id = s.add(fire)
-            s.armed &+= 1
-            s.heap.push(when: d, sequence: s.armed, payload: id)
+            let id = s.table.arm(fire, at: d)
             if !s.firing, s.scheduled.map({ d < $0 }) ?? true { schedule(d, &s) }
             return TimerToken(id: id)
         }
@@ -187,16 +140,7 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
 
     @discardableResult
     package func cancel(_ token: TimerToken) -> Bool {
-        state.withLock { s in
-            guard s.take(token.id) != nil else { return false }
-            if s.heap.count > 64 && s.heap.count > 2 * s.liveCount {
-                var heap = s.heap
-                s.heap = DeadlineHeap()
-                heap.removeAll { !s.isLive($0.payload) }
-                s.heap = heap
-            }
-            return true
-        }
+        state.withLock { $0.table.cancel(token.id) }
     }
 
     /// Under the lock (the pool's lock nests inside it, so that two
@@ -229,58 +173,57 @@ package final class EngineTimerService: TimerService, @unchecked Sendable {
     /// end can schedule, fires nothing: the first schedules the alarm for
     /// what is due when it is done.)
     func alarmEnded() {
-        var due: [(id: UInt64, when: Int64, fire: Fire)] = []
         var t: Int64 = 0
-        let first = state.withLock { s -> Bool in
-            guard !s.firing else { return false }
+        guard var due = state.withLock({ s -> [Due]? in
+            guard !s.firing else { return nil }
             t = now
             s.scheduled = nil
             s.firing = true
-            while let top = s.heap.first, top.when <= t {
-                s.heap.popFirst()
-                if let fire = s.fire(of: top.payload) { due.append((top.payload, top.when, fire)) }
+            var due = s.spare
+            s.spare = []
+            while let top = s.table.firstDue(by: t), let fire = s.table.fire(of: top.id) {
+                switch fire {
+                case .closure:
+                    s.table.removeFirst()
+                    s.table.take(top.id)
+                    due.append((top.id, 1, fire))
+                case .target(_, _, let period) where period > 0:
+                    // Repeat n is due at when + n × period: every one due
+                    // by `t` is this fire's; the next, the first still
+                    // ahead, is where its entry moves now (one sift; a
+                    // `timerFired` that returns false takes it after).
+                    let fires = t > top.when ? (t - top.when) / period + 1 : 1
+                    let (product, over) = fires.multipliedReportingOverflow(by: period)
+                    let (next, overNext) = top.when.addingReportingOverflow(product)
+                    s.table.moveFirst(to: over || overNext ? Int64.max : next)
+                    due.append((top.id, fires, fire))
+                case .target:
+                    // A one-shot keeps its slot (and token) until it has fired.
+                    s.table.removeFirst()
+                    due.append((top.id, 1, fire))
+                }
             }
-            return true
-        }
-        guard first else { return }
-        // A target's timer keeps its slot (and token) while it fires; a
-        // repeating one goes back on the heap at its next due time, all in
-        // one turn of the lock below.
-        var again: [(id: UInt64, when: Int64)] = []
+            return due
+        }) else { return }
         var done: [UInt64] = []
-        for (id, when, fire) in due {
+        for (id, fires, fire) in due {
             switch fire {
             case .closure(let body):
                 body()
             case .target(let target, let argument, let period):
-                guard period > 0 else {
-                    _ = target.timerFired(argument, fires: 1)
-                    done.append(id)
-                    continue
-                }
-                // Repeat n is due at when + n × period: every one due by
-                // `t` is this fire's; the next is the first still ahead.
-                let fires = t > when ? (t - when) / period + 1 : 1
-                let (product, over) = fires.multipliedReportingOverflow(by: period)
-                let (next, overNext) = when.addingReportingOverflow(product)
-                if target.timerFired(argument, fires: UInt(fires)) {
-                    again.append((id, over || overNext ? Int64.max : next))
-                } else {
-                    done.append(id)
-                }
+                if !target.timerFired(argument, fires: UInt(fires)) || period == 0 { done.append(id) }
             }
         }
+        // The buffer goes back for the next fire (one worker fires at a
+        // time: no allocation per fire once it has grown).
+        due.removeAll(keepingCapacity: true)
         state.withLock { s in
-            for (id, when) in again where s.isLive(id) {
-                s.armed &+= 1
-                s.heap.push(when: when, sequence: s.armed, payload: id)
-            }
-            for id in done { _ = s.take(id) }
+            for id in done { s.table.take(id) }
+            s.spare = due
             s.firing = false
             // Cancelled entries on top are dropped, so that the alarm is
             // for a live timer.
-            while let top = s.heap.first, !s.isLive(top.payload) { s.heap.popFirst() }
-            if let earliest = s.heap.first?.when { schedule(earliest, &s) }
+            if let earliest = s.table.first()?.when { schedule(earliest, &s) }
         }
     }
 }

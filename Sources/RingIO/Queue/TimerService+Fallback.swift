@@ -50,37 +50,20 @@ package final class TimerServiceRegistry: Sendable {
 /// binary min-heap and fires what is due.
 ///
 /// `arm` is O(log n) in the number of pending timers and `cancel` O(1)
-/// amortized: the token names the slot of the timer's closure, so a cancel
-/// frees the slot at once and its heap entry is dropped when it comes up,
-/// or when cancelled entries are more than half the heap (the heap is then
-/// rebuilt without them, O(n) for n/2 cancels). The heap holds plain 24-byte
-/// entries (deadline, arming order, token): sifting retains nothing. So 100,000 pending
-/// timers cost what ten do per call, and no thread each. (Entries holding
-/// the closure, with a token-to-slot dictionary updated on every sift, cost
-/// 2x the CPU of Dispatch's `asyncAfter` for 100,000 one-shots.) A timer never fires before
-/// its deadline: the thread sleeps on CLOCK_MONOTONIC and checks
-/// `ContinuousClock.now` (CLOCK_BOOTTIME on Linux) again before firing.
-/// `leeway` is accepted and not used: the fallback fires as soon as it can.
+/// amortized (see `TimerTable`, which the engine's service uses too). So
+/// 100,000 pending timers cost what ten do per call, and no thread each.
+/// (Entries holding the closure, with a token-to-slot dictionary updated
+/// on every sift, cost 2x the CPU of Dispatch's `asyncAfter` for 100,000
+/// one-shots.) A timer never fires before its deadline: the thread sleeps
+/// on CLOCK_MONOTONIC and checks `ContinuousClock.now` (CLOCK_BOOTTIME on
+/// Linux) again before firing. `leeway` is accepted and not used: the
+/// fallback fires as soon as it can.
 package final class FallbackTimerService: TimerService, @unchecked Sendable {
     // @unchecked: every stored `var` is read and written only with `lock`
     // held.
-    /// The deadlines, each with its token as payload: the slot of the
-    /// timer's closure in its low 32 bits, the slot's generation above.
-    private typealias Heap = DeadlineHeap<UInt64>
-
     private let lock = ConditionLock()
     private let epoch = ContinuousClock.now
-    private var heap = Heap()
-    /// The closures of the live timers, by slot; `nil`: a free slot.
-    private var fires: [(@Sendable () -> Void)?] = []
-    /// Each slot's generation: bumped when the slot is freed, so a stale
-    /// token names nothing.
-    private var generations: [UInt32] = []
-    private var freeSlots: [Int] = []
-    private var liveCount = 0
-    private var armed: UInt64 = 0
-    /// Heap entries whose timer was cancelled.
-    private var cancelledInHeap = 0
+    private var table = TimerTable<@Sendable () -> Void>()
     private var threadStarted = false
     /// The deadline the thread sleeps until (`nil`: no timer, or firing).
     private var sleepingUntil: Int64?
@@ -88,7 +71,7 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
     package init() {}
 
     /// The number of armed timers (for tests).
-    package var pendingCount: Int { lock.withLock { liveCount } }
+    package var pendingCount: Int { lock.withLock { table.liveCount } }
 
     /// `instant` as nanoseconds from `epoch` (clamped to about ±285 years).
     private func nanoseconds(_ instant: ContinuousClock.Instant) -> Int64 {
@@ -102,23 +85,11 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
         let when = nanoseconds(deadline)
         var start = false
         let id = lock.withLock { () -> UInt64 in
-            let slot: Int
-            if let free = freeSlots.popLast() {
-                slot = free
-                fires[slot] = fire
-            } else {
-                slot = fires.count
-                fires.append(fire)
-                generations.append(0)
-            }
-            liveCount += 1
-            let id = UInt64(generations[slot]) << 32 | UInt64(slot)
-            armed &+= 1
-            heap.push(when: when, sequence: armed, payload: id)
+            let id = table.arm(fire, at: when)
             if !threadStarted {
                 threadStarted = true
                 start = true
-            } else if heap.first?.payload == id, sleepingUntil.map({ when < $0 }) ?? true {
+            } else if table.heap.first?.payload == id, sleepingUntil.map({ when < $0 }) ?? true {
                 // The new earliest deadline: wake the thread to sleep less.
                 lock.signal()
             }
@@ -133,31 +104,7 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
 
     @discardableResult
     package func cancel(_ token: TimerToken) -> Bool {
-        lock.withLock {
-            guard take(token.id) != nil else { return false }
-            cancelledInHeap += 1
-            if cancelledInHeap > 64 && cancelledInHeap * 2 > heap.count { compact() }
-            return true
-        }
-    }
-
-    /// The closure of the live timer `id`, freeing its slot; nil when the
-    /// timer fired or was cancelled. Under the lock.
-    @inline(__always)
-    private func take(_ id: UInt64) -> (@Sendable () -> Void)? {
-        let slot = Int(id & 0xFFFF_FFFF)
-        guard slot < fires.count, generations[slot] == UInt32(id >> 32), let fire = fires[slot] else { return nil }
-        fires[slot] = nil
-        generations[slot] &+= 1
-        freeSlots.append(slot)
-        liveCount -= 1
-        return fire
-    }
-
-    @inline(__always)
-    private func isLive(_ id: UInt64) -> Bool {
-        let slot = Int(id & 0xFFFF_FFFF)
-        return generations[slot] == UInt32(id >> 32) && fires[slot] != nil
+        lock.withLock { table.cancel(token.id) }
     }
 
     // MARK: - the timer thread
@@ -167,7 +114,7 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
         let batch = DeliveryBatch()
         lock.lock()
         while true {
-            guard let first = heap.first else {
+            guard let first = table.first() else {
                 sleepingUntil = nil
                 lock.wait()
                 continue
@@ -185,13 +132,9 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
             // Everything due now, in deadline order, fired outside the lock
             // (a `fire` may arm or cancel).
             var due: [@Sendable () -> Void] = []
-            while let head = heap.first, head.when <= now {
-                if let fire = take(head.payload) {
-                    due.append(fire)
-                } else {
-                    cancelledInHeap -= 1
-                }
-                heap.popFirst()
+            while let head = table.firstDue(by: now) {
+                table.removeFirst()
+                if let fire = table.take(head.id) { due.append(fire) }
             }
             lock.unlock()
             // The work the fires enqueue goes to the pool in one batch (one
@@ -199,13 +142,5 @@ package final class FallbackTimerService: TimerService, @unchecked Sendable {
             batch.collect { for fire in due { fire() } }
             lock.lock()
         }
-    }
-
-    // MARK: - the heap (under the lock)
-
-    /// Drops the cancelled entries and restores the heap order (O(n)).
-    private func compact() {
-        heap.removeAll { !isLive($0.payload) }
-        cancelledInHeap = 0
     }
 }

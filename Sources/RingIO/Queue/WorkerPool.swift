@@ -281,6 +281,22 @@ package final class WorkerPool: @unchecked Sendable {
         }
     }
 
+    /// When the watchdog looks again: after `stallNanoseconds`, or, with
+    /// an alarm no worker keeps (`unkeptAlarm`, its deadline), its grace
+    /// after it. After waking a sleeper for a due alarm, not before the
+    /// grace from now: the sleeper may wait that long for a CPU on a busy
+    /// machine, and looking again at once (the deadline is past) signalled
+    /// it over and over, a busy loop beside it.
+    static func watchdogWake(now: UInt64, unkeptAlarm: UInt64?, wokeSleeper: Bool) -> UInt64 {
+        var until = now &+ stallNanoseconds
+        if let alarm = unkeptAlarm {
+            var due = alarm &+ keeperlessGraceNanoseconds
+            if wokeSleeper { due = Swift.max(due, now &+ keeperlessGraceNanoseconds) }
+            until = Swift.min(until, due)
+        }
+        return until
+    }
+
     private func watchdogLoop() {
         try? Syscall.setTimerSlack(nanoseconds: 1_000)
         lock.lock()
@@ -314,11 +330,17 @@ package final class WorkerPool: @unchecked Sendable {
                 backgroundSince = now
                 if idle > 0 { lock.signal() }
             }
+            var wokeSleeper = false
             if alarmsUnkept, earliestAlarm.load(ordering: .relaxed) <= now {
                 // Every worker runs a job: none keeps the alarms. A sleeper
                 // (an extra worker) fires them and takes their jobs; else
                 // this thread fires them.
-                if idle > 0 { lock.signal() } else { fireDueAlarm(byWorker: false) }
+                if idle > 0 {
+                    lock.signal()
+                    wokeSleeper = true
+                } else {
+                    fireDueAlarm(byWorker: false)
+                }
             }
             // The same for the watched fds: a sleeper may take the role (an
             // extra worker does not), and this thread reads them meanwhile.
@@ -328,10 +350,8 @@ package final class WorkerPool: @unchecked Sendable {
             }
             let before = started
             let waiting = jobs.hasStartable && idle == 0 && !keeperWaiting && !pollWaiting
-            var until = now + Self.stallNanoseconds
-            if alarmsUnkept {
-                until = Swift.min(until, earliestAlarm.load(ordering: .relaxed) &+ Self.keeperlessGraceNanoseconds)
-            }
+            var until = Self.watchdogWake(now: now, unkeptAlarm: alarmsUnkept ? earliestAlarm.load(ordering: .relaxed) : nil,
+                                          wokeSleeper: wokeSleeper)
             // Watched fds no worker waits on: look again soon (a sleeper
             // then takes the role, or this thread looks at them).
             if readinessUnkept { until = Swift.min(until, now &+ Self.keeperlessGraceNanoseconds) }
