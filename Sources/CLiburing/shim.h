@@ -356,6 +356,31 @@ static inline int cliburing_epoll_wait(int epfd, uint64_t *data, uint32_t *event
     return n;
 }
 
+/// epoll_pwait2 (Linux 5.11) into separate arrays (at most 64), waiting up to
+/// timeout_ns nanoseconds (-1: without end), or -errno (-ENOSYS where the
+/// kernel or the headers lack it). x86_64 and aarch64: struct timespec is
+/// the kernel's __kernel_timespec.
+static inline int cliburing_epoll_pwait2(int epfd, uint64_t *data, uint32_t *events, int max, int64_t timeout_ns) {
+#ifdef SYS_epoll_pwait2
+    struct epoll_event e[64];
+    if (max > 64) max = 64;
+    struct timespec ts;
+    struct timespec *tp = NULL;
+    if (timeout_ns >= 0) {
+        ts.tv_sec = (time_t)(timeout_ns / 1000000000);
+        ts.tv_nsec = (long)(timeout_ns % 1000000000);
+        tp = &ts;
+    }
+    long n = syscall(SYS_epoll_pwait2, epfd, e, max, tp, NULL, (size_t)0);
+    if (n < 0) return -errno;
+    for (long i = 0; i < n; i++) { data[i] = e[i].data.u64; events[i] = e[i].events; }
+    return (int)n;
+#else
+    (void)epfd; (void)data; (void)events; (void)max; (void)timeout_ns;
+    return -ENOSYS;
+#endif
+}
+
 /// epoll_create1(EPOLL_CLOEXEC), or -errno.
 static inline int cliburing_epoll_create(void) {
     int fd = epoll_create1(EPOLL_CLOEXEC);

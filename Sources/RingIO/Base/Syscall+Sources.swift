@@ -24,6 +24,7 @@ extension Syscall.Call {
     package static let epollCreate = Syscall.Call("epoll_create1")
     package static let epollControl = Syscall.Call("epoll_ctl")
     package static let epollWait = Syscall.Call("epoll_wait")
+    package static let epollWaitNanoseconds = Syscall.Call("epoll_pwait2")
 }
 
 extension Syscall {
@@ -290,5 +291,47 @@ extension Syscall {
         } catch .interrupted {
             return 0
         }
+    }
+
+    /// Set once `epoll_pwait2` returned `ENOSYS` (a kernel before 5.11).
+    private static let noEpollPwait2 = Atomic<Bool>(false)
+
+    /// Whether `epollWait(_:data:events:timeoutNanoseconds:)` waits to the
+    /// nanosecond (false once the kernel refused `epoll_pwait2`).
+    package static var epollWaitTakesNanoseconds: Bool { !noEpollPwait2.load(ordering: .relaxed) }
+
+    /// Waits up to `timeoutNanoseconds` (-1: without end, 0: not at all) for
+    /// ready entries of `epfd` (at most 64): `epoll_pwait2`'s nanosecond
+    /// timeout where the kernel has it (5.11), else `epoll_wait`'s
+    /// milliseconds, rounded up (never early). An interrupted wait returns 0.
+    ///
+    /// The corresponding C functions are `epoll_pwait2` and `epoll_wait`.
+    ///
+    /// - Parameters:
+    ///   - epfd: The epoll instance.
+    ///   - data: Filled with the ready entries' data.
+    ///   - events: Filled with their events (as many as `data`).
+    ///   - timeoutNanoseconds: Nanoseconds, or -1.
+    /// - Returns: How many are ready.
+    /// - Throws: The `Errno` of the failed call.
+    package static func epollWait(_ epfd: CInt, data: UnsafeMutableBufferPointer<UInt64>,
+                                  events: UnsafeMutableBufferPointer<UInt32>,
+                                  timeoutNanoseconds: Int64) throws(Errno) -> Int {
+        if timeoutNanoseconds > 0 && !noEpollPwait2.load(ordering: .relaxed) {
+            do throws(Errno) {
+                return Int(try once(.epollWaitNanoseconds, .fd(epfd)) { () throws(Errno) in
+                    try valueOrNegatedErrno(cliburing_epoll_pwait2(epfd, data.baseAddress, events.baseAddress,
+                                                                   CInt(Swift.min(data.count, events.count)),
+                                                                   timeoutNanoseconds))
+                })
+            } catch .interrupted {
+                return 0
+            } catch .noFunction {
+                noEpollPwait2.store(true, ordering: .relaxed)
+            }
+        }
+        let milliseconds = timeoutNanoseconds < 0 ? -1
+            : CInt(clamping: (timeoutNanoseconds + 999_999) / 1_000_000)
+        return try epollWait(epfd, data: data, events: events, timeout: milliseconds)
     }
 }

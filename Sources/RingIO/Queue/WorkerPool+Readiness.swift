@@ -24,7 +24,8 @@ import RingIOBase
 /// futex.) The keeper is woken for a job (an eventfd in the set) only when
 /// no other worker sleeps. When no alarm keeper sleeps as it begins to
 /// wait, it keeps the timers' alarms too (its wait ends at the earliest,
-/// rounded up to a millisecond; an earlier one wakes it). While no worker
+/// to the nanosecond with `epoll_pwait2`, else rounded up to a millisecond;
+/// an earlier one wakes it). While no worker
 /// waits on the fds (the keeper runs a job) the watchdog looks within
 /// `keeperlessGraceNanoseconds`: a sleeping worker takes the role, and
 /// the watchdog reads the set itself meanwhile (while every worker runs a
@@ -79,16 +80,16 @@ package final class PoolPoller: @unchecked Sendable {
         handlers.withLock { _ = $0.table.removeValue(forKey: token) }
     }
 
-    /// Waits (`timeout` ms, -1: without end) and returns the handlers of what
+    /// Waits (`timeout` ns, -1: without end) and returns the handlers of what
     /// became ready, with their events; clears the wake eventfd.
-    func wait(timeout: CInt) -> [(@Sendable (UInt32) -> Void, UInt32)] {
+    func wait(timeout: Int64) -> [(@Sendable (UInt32) -> Void, UInt32)] {
         var data = (UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0))
         var events = (UInt32(0), UInt32(0), UInt32(0), UInt32(0), UInt32(0), UInt32(0), UInt32(0), UInt32(0))
         return withUnsafeMutableBytes(of: &data) { dataBytes in
             withUnsafeMutableBytes(of: &events) { eventBytes in
                 let data = dataBytes.bindMemory(to: UInt64.self)
                 let events = eventBytes.bindMemory(to: UInt32.self)
-                let n = (try? Syscall.epollWait(epfd, data: data, events: events, timeout: timeout)) ?? 0
+                let n = (try? Syscall.epollWait(epfd, data: data, events: events, timeoutNanoseconds: timeout)) ?? 0
                 guard n > 0 else { return [] }
                 var ready: [(@Sendable (UInt32) -> Void, UInt32)] = []
                 var woken = false
@@ -226,11 +227,10 @@ extension WorkerPool {
     func keepReadiness() -> Bool {
         guard readinessUnkept, let poller else { return false }
         let earliest = earliestAlarm.load(ordering: .relaxed)
-        var timeout: CInt = -1
+        var timeout: Int64 = -1
         if earliest != .max && !keeperWaiting {
             let now = monotonicNanoseconds()
-            // Rounded up: never early.
-            timeout = earliest <= now ? 0 : CInt(clamping: (earliest - now + 999_999) / 1_000_000)
+            timeout = earliest <= now ? 0 : Int64(clamping: earliest - now)
         }
         pollWaiting = true
         pollUntil = timeout < 0 ? .max : earliest
