@@ -148,8 +148,7 @@ extension ChannelCore {
             return unchecked ? checkInstead(holding: nil) : openPath()
         }
         let described = describe(fd: fd)
-        guard case .success(let (fileKind, found)) = described, fileKind == .regular,
-              flags & O_NONBLOCK != 0 || (try? Syscall.fcntl(fd, F_SETFL, flags)) != nil else {
+        guard case .success(let (fileKind, found)) = described, fileKind == .regular else {
             if unchecked, case .success(let (fileKind, _)) = described, fileKind != .regular,
                fileKind != .directory {
                 // A FIFO or a device: its other end must not see it close
@@ -159,8 +158,26 @@ extension ChannelCore {
             Syscall.closeIgnoringErrors(fd)
             return unchecked ? checkInstead(holding: nil) : openPath()
         }
+        // (The fd keeps `O_NONBLOCK` until something other than a read on
+        // a caller's thread uses it: `settleFlagsLocked`.)
         openSucceeded(fd: fd, flags: flags, fileKind: fileKind, found: found, reopen: reopen, identity: identity,
-                      retried: false)
+                      retried: false, nonblocking: flags & O_NONBLOCK == 0)
+    }
+
+    /// A regular file opened on a reader's thread keeps the `O_NONBLOCK` its
+    /// open needed (a FIFO's open would wait for a writer) until its fd is
+    /// used otherwise than by reads with `RWF_NOWAIT`, which ignore it:
+    /// before an operation goes to its entry (the engine honours it on a
+    /// file system without `RWF_NOWAIT` support), a barrier, or anyone is
+    /// given the fd. Then the flags it was asked for are set, once; a
+    /// channel read once and closed never makes that `fcntl`. Called with
+    /// the lock held.
+    @inline(__always)
+    func settleFlagsLocked() {
+        guard let flags = unsettledFlags else { return }
+        unsettledFlags = nil
+        guard let entry = lifecycle.currentEntry else { return }
+        _ = try? Syscall.fcntl(entry.fd, F_SETFL, flags)
     }
 
     /// The open on this thread of an unchecked path could not answer: the
@@ -239,7 +256,7 @@ extension ChannelCore {
     /// `fd`, of `fileKind` and identity `found`: the channel is open, or fails when
     /// the file cannot serve it or a reopen found another file.
     private func openSucceeded(fd: Int32, flags: Int32, fileKind: FileKind, found: FileIdentity, reopen: Int64??,
-                               identity: FileIdentity?, retried: Bool) {
+                               identity: FileIdentity?, retried: Bool, nonblocking: Bool = false) {
         // The file may have changed since the check.
         if let error = fileKind.unusable(for: kind) { return openFailed(error, closing: fd, retried: retried) }
         if let reopen {
@@ -255,7 +272,7 @@ extension ChannelCore {
             }
         }
         pathOpened(FDEntry.owning(fd: fd, kind: fileKind, identity: found, flags: flags), identity: found,
-                   retried: retried)
+                   retried: retried, unsettled: nonblocking ? flags : nil)
     }
 
     /// The open failed for good (a woken waiter's says so first).
@@ -265,10 +282,13 @@ extension ChannelCore {
         pathFailed(error, detail: detail)
     }
 
-    private func pathOpened(_ entry: FDEntry, identity: FileIdentity, retried: Bool) {
+    private func pathOpened(_ entry: FDEntry, identity: FileIdentity, retried: Bool, unsettled: Int32? = nil) {
         lock.lock()
         if openedIdentity == nil { openedIdentity = identity }
         let actions = lifecycle.pathOpened(entry)
+        unsettledFlags = unsettled
+        // (Work that waited for the open goes to the entry now.)
+        if !actions.pending.isEmpty { settleFlagsLocked() }
         var ready = FDEntry.Ready()
         for item in actions.pending {
             switch item {

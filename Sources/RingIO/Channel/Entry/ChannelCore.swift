@@ -79,6 +79,9 @@ package final class ChannelCore: @unchecked Sendable {
     /// other end of a FIFO never sees its reader come and go
     /// (ChannelCore+Path.swift).
     var heldDescriptor: Int32?
+    /// The flags to give the fd of a regular file opened on a reader's
+    /// thread, which still has `O_NONBLOCK` (`settleFlagsLocked`).
+    var unsettledFlags: Int32?
     /// Why a reopen failed, in words (`openError`'s detail).
     var reopenDetail: String?
     /// A path channel's place in `PathDescriptors`' list of holders (least
@@ -220,13 +223,17 @@ package final class ChannelCore: @unchecked Sendable {
 
     /// The entry of an open channel.
     var currentEntry: FDEntry? {
-        lock.withLock { lifecycle.currentEntry }
+        lock.withLock {
+            settleFlagsLocked()
+            return lifecycle.currentEntry
+        }
     }
 
     /// The fd the user asks for: a path channel that shows it never lets
     /// go of it.
     var fileDescriptor: FileDescriptor? {
         let (entry, stalled) = lock.withLock { () -> (FDEntry?, PathDescriptors.Work) in
+            settleFlagsLocked()
             let entry = lifecycle.pin()
             guard entry != nil && pathSpec != nil else { return (entry, .init()) }
             return (entry, PathDescriptors.shared.forget(self, closing: false))
@@ -262,6 +269,7 @@ package final class ChannelCore: @unchecked Sendable {
             lock.unlock()
             operation.finishWithoutIO(error)
         case .enqueue(let entry, let base):
+            settleFlagsLocked()
             insertActiveLocked(operation)
             let ready = operation.enqueue(on: entry, base: base)
             lock.unlock()
@@ -297,6 +305,8 @@ package final class ChannelCore: @unchecked Sendable {
             openPathNow()
             lock.lock()
         }
+        // (A write must not see the `O_NONBLOCK` a read's open left.)
+        if isWrite { settleFlagsLocked() }
         guard settings.directIO == .off, !lifecycle.isClosed, case .open(let entry, let base) = lifecycle.target,
               eligible(entry),
               entry.beginInline(stream: kind == .stream, isWrite: isWrite, handler: handlerLength != nil) else { return nil }
@@ -311,6 +321,7 @@ package final class ChannelCore: @unchecked Sendable {
         let checkNow = unchecked && !lifecycle.target.isUnchecked
         switch action {
         case .enqueue(let entry):
+            settleFlagsLocked()
             let ready = entry.enqueueBarrier(queue: queue, work)
             lock.unlock()
             entry.start(ready)
