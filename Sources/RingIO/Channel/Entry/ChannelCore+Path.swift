@@ -143,6 +143,7 @@ extension ChannelCore {
         let (reopen, identity, unchecked) = lock.withLock {
             (lifecycle.reopening, openedIdentity, lifecycle.target.isOpeningUnchecked)
         }
+        if unchecked { UncheckedPaths.opened(self) }
         let flags = reopen == nil ? spec.openFlags : spec.reopenFlags
         guard let fd = try? CachedOpens.open(spec.path, flags: flags | O_NONBLOCK) else {
             return unchecked ? checkInstead(holding: nil) : openPath()
@@ -356,25 +357,52 @@ enum Probe {
 /// handler) as one checked at creation does. A channel whose first read
 /// came first is skipped. One timer per millisecond at most, whatever the
 /// number of channels made.
+///
+/// The newest channel made waits in a slot of its own, with no lock: a
+/// channel read as soon as it is made (the usual case) takes itself out of
+/// it when its read opens it (`opened`), and never reaches the list. Made
+/// while it still waits there, the next channel moves it to the list;
+/// the sweep empties the slot into the list too.
 enum UncheckedPaths {
     private struct State {
         /// The channels not yet swept, with when each was made (oldest first).
         var waiting: [(core: ChannelCore, made: UInt64)] = []
-        var sweepScheduled = false
     }
 
     private static let state = Locked(State())
     private static let age: UInt64 = 1_000_000
+    /// The newest channel made, not in `waiting`: a retained reference
+    /// (`Unmanaged`), or 0.
+    private static let newest = Atomic<UInt>(0)
+    /// A sweep is scheduled. The sweep clears it before it empties the slot,
+    /// and `add` fills the slot before it looks: a channel is always seen
+    /// by a sweep to come.
+    private static let scheduled = Atomic<Bool>(false)
 
     static func add(_ core: ChannelCore) {
-        let made = monotonicNanoseconds()
-        let schedule = state.withLock { s -> Bool in
-            s.waiting.append((core, made))
-            if s.sweepScheduled { return false }
-            s.sweepScheduled = true
-            return true
+        let bits = UInt(bitPattern: Unmanaged.passRetained(core).toOpaque())
+        let previous = newest.exchange(bits, ordering: .sequentiallyConsistent)
+        if previous != 0 { park(previous) }
+        if !scheduled.load(ordering: .sequentiallyConsistent),
+           !scheduled.exchange(true, ordering: .sequentiallyConsistent) {
+            scheduleSweep()
         }
-        if schedule { scheduleSweep() }
+    }
+
+    /// `core`'s first read opens it: out of the slot, if it is still there.
+    static func opened(_ core: ChannelCore) {
+        let bits = UInt(bitPattern: Unmanaged.passUnretained(core).toOpaque())
+        // (The slot's reference keeps `core`'s address from being reused
+        // while it is there.)
+        if newest.compareExchange(expected: bits, desired: 0, ordering: .sequentiallyConsistent).exchanged {
+            Unmanaged.passUnretained(core).release()
+        }
+    }
+
+    /// A channel taken from the slot goes to the list.
+    private static func park(_ bits: UInt) {
+        let core = Unmanaged<ChannelCore>.fromOpaque(UnsafeRawPointer(bitPattern: bits)!).takeRetainedValue()
+        state.withLock { $0.waiting.append((core, core.uncheckedSince)) }
     }
 
     private static func scheduleSweep() {
@@ -382,16 +410,19 @@ enum UncheckedPaths {
     }
 
     private static func sweep() {
+        scheduled.store(false, ordering: .sequentiallyConsistent)
+        let taken = newest.exchange(0, ordering: .sequentiallyConsistent)
+        if taken != 0 { park(taken) }
         let now = monotonicNanoseconds()
         let (due, again) = state.withLock { s -> ([ChannelCore], Bool) in
-            // (Made in order: the old ones are a prefix.)
+            // (Made in order, give or take channels made at once on two
+            // threads: the old ones are a prefix.)
             let young = s.waiting.firstIndex { now &- $0.made < age } ?? s.waiting.count
             let due = s.waiting[..<young].map(\.core)
             s.waiting.removeFirst(young)
-            s.sweepScheduled = !s.waiting.isEmpty
-            return (due, s.sweepScheduled)
+            return (due, !s.waiting.isEmpty)
         }
-        if again { scheduleSweep() }
+        if again, !scheduled.exchange(true, ordering: .sequentiallyConsistent) { scheduleSweep() }
         for core in due { core.checkIfUnchecked() }
     }
 }

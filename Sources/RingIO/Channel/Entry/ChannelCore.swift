@@ -55,6 +55,8 @@ package final class ChannelCore: @unchecked Sendable {
     /// `PathDescriptors.shared` for a path channel (`nil` otherwise), kept:
     /// every use stamps its clock, and a global costs a `swift_once` check.
     let pathDescriptors: PathDescriptors?
+    /// When a path channel made unchecked was made (`UncheckedPaths`; 0 for any other).
+    let uncheckedSince: UInt64
 
     // (Not private: also ChannelCore+Path.swift's.)
     let lock = PlainLock()
@@ -105,6 +107,7 @@ package final class ChannelCore: @unchecked Sendable {
         self.cleanup = cleanup
         self.pathSpec = nil
         self.pathDescriptors = nil
+        self.uncheckedSince = 0
         if case .failed(let error) = target {
             // The lifecycle counts it handed off.
             if let cleanup { queue.async { cleanup(error) } }
@@ -125,6 +128,7 @@ package final class ChannelCore: @unchecked Sendable {
         self.cleanup = cleanup
         self.pathSpec = path
         self.pathDescriptors = PathDescriptors.shared
+        self.uncheckedSince = unchecked ? monotonicNanoseconds() : 0
         if unchecked {
             UncheckedPaths.add(self)
         } else {
