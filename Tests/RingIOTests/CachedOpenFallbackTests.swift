@@ -7,6 +7,7 @@ import RingIOTestSupport
 @_spi(Engine) @testable import RingIO
 @testable import RingIOChannel
 @testable import RingIOBase
+import RingIOQueue
 
 /// A path channel opens from the dentry cache on the caller's thread
 /// (`openat2` with `RESOLVE_CACHED`): a read-only one's first read opens it
@@ -32,6 +33,43 @@ struct CachedOpenFallbackTests {
         #expect(channel.openError?.errno == .noSuchFileOrDirectory)
         await #expect(throws: Errno.noSuchFileOrDirectory) { _ = try await channel.read(offset: 0, length: 10) }
         channel.close()
+    }
+
+    @Test("unused read-only path channels made in a row on two threads, read ones between them: every missing one's cleanup gets ENOENT",
+          arguments: allBackends)
+    func uncheckedInARow(backend: IOEngine.Backend) async throws {
+        let engine = try makeEngine(backend)
+        let dir = TemporaryDirectory()
+        try writeFile(dir.file("present"), randomBytes(4096, seed: 63))
+        let perThread = 20
+        let failed = Locked<[Errno?]>([])
+        let all = Latch(count: 2 * perThread)
+        let made = Locked<[IOChannel]>([])
+        let threadsDone = Latch(count: 2)
+        let missing = dir.file("missing"), present = dir.file("present")
+        for thread in 0..<2 { IOQueue.global.async {
+            defer { threadsDone.signal() }
+            for i in 0..<perThread {
+                // (The newest channel made waits in a slot of its own: the
+                // next one made moves it to the sweep's list.)
+                let channel = try? IOChannel(kind: .random, path: FilePath("\(missing)-\(thread)-\(i)"),
+                                             mode: .readOnly, queue: .global, engine: engine) { error in
+                    failed.withLock { $0.append(error) }
+                    all.signal()
+                }
+                if let channel { made.withLock { $0.append(channel) } }
+                if i % 4 == 0, let read = try? IOChannel(kind: .random, path: FilePath(present),
+                                                         mode: .readOnly, queue: .global, engine: engine) {
+                    read.read(length: 100, queue: .global) { _, _, _ in }
+                    read.close()
+                }
+            }
+        } }
+        #expect(threadsDone.wait(timeout: .seconds(300)))
+        #expect(all.wait(timeout: .seconds(300)))
+        #expect(failed.withLock { $0.count } == 2 * perThread)
+        #expect(failed.withLock { $0.allSatisfy { $0 == .noSuchFileOrDirectory } })
+        for channel in made.withLock({ $0 }) { channel.close() }
     }
 
     @Test("a writer waiting in open on a FIFO: the first read gets its bytes, and its next write still finds a reader",

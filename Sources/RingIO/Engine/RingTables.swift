@@ -180,6 +180,17 @@ package final class FixedFileSlot: @unchecked Sendable {
     /// Whether the fd is registered now (for tests).
     package var isRegistered: Bool { lock.withLock { index >= 0 } }
 
+    /// No request on the fd is left, and it never had a table slot: it is
+    /// released (true: nothing to undo, no closure made). False: nothing
+    /// changed; `release(then:)` empties the slot.
+    package func releaseIfUnregistered() -> Bool {
+        lock.withLock { () -> Bool in
+            guard index < 0 || backend == nil else { return false }
+            released = true
+            return true
+        }
+    }
+
     /// No request on the fd is left: empties its table slot, if it has one,
     /// then calls `done` (at once when there is nothing to undo).
     package func release(then done: @escaping @Sendable () -> Void) {

@@ -143,13 +143,13 @@ extension ChannelCore {
         let (reopen, identity, unchecked) = lock.withLock {
             (lifecycle.reopening, openedIdentity, lifecycle.target.isOpeningUnchecked)
         }
+        if unchecked { UncheckedPaths.opened(self) }
         let flags = reopen == nil ? spec.openFlags : spec.reopenFlags
         guard let fd = try? CachedOpens.open(spec.path, flags: flags | O_NONBLOCK) else {
             return unchecked ? checkInstead(holding: nil) : openPath()
         }
         let described = describe(fd: fd)
-        guard case .success(let (fileKind, found)) = described, fileKind == .regular,
-              flags & O_NONBLOCK != 0 || (try? Syscall.fcntl(fd, F_SETFL, flags)) != nil else {
+        guard case .success(let (fileKind, found)) = described, fileKind == .regular else {
             if unchecked, case .success(let (fileKind, _)) = described, fileKind != .regular,
                fileKind != .directory {
                 // A FIFO or a device: its other end must not see it close
@@ -159,8 +159,26 @@ extension ChannelCore {
             Syscall.closeIgnoringErrors(fd)
             return unchecked ? checkInstead(holding: nil) : openPath()
         }
+        // (The fd keeps `O_NONBLOCK` until something other than a read on
+        // a caller's thread uses it: `settleFlagsLocked`.)
         openSucceeded(fd: fd, flags: flags, fileKind: fileKind, found: found, reopen: reopen, identity: identity,
-                      retried: false)
+                      retried: false, nonblocking: flags & O_NONBLOCK == 0)
+    }
+
+    /// A regular file opened on a reader's thread keeps the `O_NONBLOCK` its
+    /// open needed (a FIFO's open would wait for a writer) until its fd is
+    /// used otherwise than by reads with `RWF_NOWAIT`, which ignore it:
+    /// before an operation goes to its entry (the engine honours it on a
+    /// file system without `RWF_NOWAIT` support), a barrier, or anyone is
+    /// given the fd. Then the flags it was asked for are set, once; a
+    /// channel read once and closed never makes that `fcntl`. Called with
+    /// the lock held.
+    @inline(__always)
+    func settleFlagsLocked() {
+        guard let flags = unsettledFlags else { return }
+        unsettledFlags = nil
+        guard let entry = lifecycle.currentEntry else { return }
+        _ = try? Syscall.fcntl(entry.fd, F_SETFL, flags)
     }
 
     /// The open on this thread of an unchecked path could not answer: the
@@ -239,7 +257,7 @@ extension ChannelCore {
     /// `fd`, of `fileKind` and identity `found`: the channel is open, or fails when
     /// the file cannot serve it or a reopen found another file.
     private func openSucceeded(fd: Int32, flags: Int32, fileKind: FileKind, found: FileIdentity, reopen: Int64??,
-                               identity: FileIdentity?, retried: Bool) {
+                               identity: FileIdentity?, retried: Bool, nonblocking: Bool = false) {
         // The file may have changed since the check.
         if let error = fileKind.unusable(for: kind) { return openFailed(error, closing: fd, retried: retried) }
         if let reopen {
@@ -255,7 +273,7 @@ extension ChannelCore {
             }
         }
         pathOpened(FDEntry.owning(fd: fd, kind: fileKind, identity: found, flags: flags), identity: found,
-                   retried: retried)
+                   retried: retried, unsettled: nonblocking ? flags : nil)
     }
 
     /// The open failed for good (a woken waiter's says so first).
@@ -265,10 +283,13 @@ extension ChannelCore {
         pathFailed(error, detail: detail)
     }
 
-    private func pathOpened(_ entry: FDEntry, identity: FileIdentity, retried: Bool) {
+    private func pathOpened(_ entry: FDEntry, identity: FileIdentity, retried: Bool, unsettled: Int32? = nil) {
         lock.lock()
         if openedIdentity == nil { openedIdentity = identity }
         let actions = lifecycle.pathOpened(entry)
+        unsettledFlags = unsettled
+        // (Work that waited for the open goes to the entry now.)
+        if !actions.pending.isEmpty { settleFlagsLocked() }
         var ready = FDEntry.Ready()
         for item in actions.pending {
             switch item {
@@ -336,25 +357,52 @@ enum Probe {
 /// handler) as one checked at creation does. A channel whose first read
 /// came first is skipped. One timer per millisecond at most, whatever the
 /// number of channels made.
+///
+/// The newest channel made waits in a slot of its own, with no lock: a
+/// channel read as soon as it is made (the usual case) takes itself out of
+/// it when its read opens it (`opened`), and never reaches the list. Made
+/// while it still waits there, the next channel moves it to the list;
+/// the sweep empties the slot into the list too.
 enum UncheckedPaths {
     private struct State {
         /// The channels not yet swept, with when each was made (oldest first).
         var waiting: [(core: ChannelCore, made: UInt64)] = []
-        var sweepScheduled = false
     }
 
     private static let state = Locked(State())
     private static let age: UInt64 = 1_000_000
+    /// The newest channel made, not in `waiting`: a retained reference
+    /// (`Unmanaged`), or 0.
+    private static let newest = Atomic<UInt>(0)
+    /// A sweep is scheduled. The sweep clears it before it empties the slot,
+    /// and `add` fills the slot before it looks: a channel is always seen
+    /// by a sweep to come.
+    private static let scheduled = Atomic<Bool>(false)
 
     static func add(_ core: ChannelCore) {
-        let made = monotonicNanoseconds()
-        let schedule = state.withLock { s -> Bool in
-            s.waiting.append((core, made))
-            if s.sweepScheduled { return false }
-            s.sweepScheduled = true
-            return true
+        let bits = UInt(bitPattern: Unmanaged.passRetained(core).toOpaque())
+        let previous = newest.exchange(bits, ordering: .sequentiallyConsistent)
+        if previous != 0 { park(previous) }
+        if !scheduled.load(ordering: .sequentiallyConsistent),
+           !scheduled.exchange(true, ordering: .sequentiallyConsistent) {
+            scheduleSweep()
         }
-        if schedule { scheduleSweep() }
+    }
+
+    /// `core`'s first read opens it: out of the slot, if it is still there.
+    static func opened(_ core: ChannelCore) {
+        let bits = UInt(bitPattern: Unmanaged.passUnretained(core).toOpaque())
+        // (The slot's reference keeps `core`'s address from being reused
+        // while it is there.)
+        if newest.compareExchange(expected: bits, desired: 0, ordering: .sequentiallyConsistent).exchanged {
+            Unmanaged.passUnretained(core).release()
+        }
+    }
+
+    /// A channel taken from the slot goes to the list.
+    private static func park(_ bits: UInt) {
+        let core = Unmanaged<ChannelCore>.fromOpaque(UnsafeRawPointer(bitPattern: bits)!).takeRetainedValue()
+        state.withLock { $0.waiting.append((core, core.uncheckedSince)) }
     }
 
     private static func scheduleSweep() {
@@ -362,16 +410,19 @@ enum UncheckedPaths {
     }
 
     private static func sweep() {
+        scheduled.store(false, ordering: .sequentiallyConsistent)
+        let taken = newest.exchange(0, ordering: .sequentiallyConsistent)
+        if taken != 0 { park(taken) }
         let now = monotonicNanoseconds()
         let (due, again) = state.withLock { s -> ([ChannelCore], Bool) in
-            // (Made in order: the old ones are a prefix.)
+            // (Made in order, give or take channels made at once on two
+            // threads: the old ones are a prefix.)
             let young = s.waiting.firstIndex { now &- $0.made < age } ?? s.waiting.count
             let due = s.waiting[..<young].map(\.core)
             s.waiting.removeFirst(young)
-            s.sweepScheduled = !s.waiting.isEmpty
-            return (due, s.sweepScheduled)
+            return (due, !s.waiting.isEmpty)
         }
-        if again { scheduleSweep() }
+        if again, !scheduled.exchange(true, ordering: .sequentiallyConsistent) { scheduleSweep() }
         for core in due { core.checkIfUnchecked() }
     }
 }

@@ -55,6 +55,8 @@ package final class ChannelCore: @unchecked Sendable {
     /// `PathDescriptors.shared` for a path channel (`nil` otherwise), kept:
     /// every use stamps its clock, and a global costs a `swift_once` check.
     let pathDescriptors: PathDescriptors?
+    /// When a path channel made unchecked was made (`UncheckedPaths`; 0 for any other).
+    let uncheckedSince: UInt64
 
     // (Not private: also ChannelCore+Path.swift's.)
     let lock = PlainLock()
@@ -79,6 +81,9 @@ package final class ChannelCore: @unchecked Sendable {
     /// other end of a FIFO never sees its reader come and go
     /// (ChannelCore+Path.swift).
     var heldDescriptor: Int32?
+    /// The flags to give the fd of a regular file opened on a reader's
+    /// thread, which still has `O_NONBLOCK` (`settleFlagsLocked`).
+    var unsettledFlags: Int32?
     /// Why a reopen failed, in words (`openError`'s detail).
     var reopenDetail: String?
     /// A path channel's place in `PathDescriptors`' list of holders (least
@@ -102,6 +107,7 @@ package final class ChannelCore: @unchecked Sendable {
         self.cleanup = cleanup
         self.pathSpec = nil
         self.pathDescriptors = nil
+        self.uncheckedSince = 0
         if case .failed(let error) = target {
             // The lifecycle counts it handed off.
             if let cleanup { queue.async { cleanup(error) } }
@@ -122,6 +128,7 @@ package final class ChannelCore: @unchecked Sendable {
         self.cleanup = cleanup
         self.pathSpec = path
         self.pathDescriptors = PathDescriptors.shared
+        self.uncheckedSince = unchecked ? monotonicNanoseconds() : 0
         if unchecked {
             UncheckedPaths.add(self)
         } else {
@@ -220,13 +227,17 @@ package final class ChannelCore: @unchecked Sendable {
 
     /// The entry of an open channel.
     var currentEntry: FDEntry? {
-        lock.withLock { lifecycle.currentEntry }
+        lock.withLock {
+            settleFlagsLocked()
+            return lifecycle.currentEntry
+        }
     }
 
     /// The fd the user asks for: a path channel that shows it never lets
     /// go of it.
     var fileDescriptor: FileDescriptor? {
         let (entry, stalled) = lock.withLock { () -> (FDEntry?, PathDescriptors.Work) in
+            settleFlagsLocked()
             let entry = lifecycle.pin()
             guard entry != nil && pathSpec != nil else { return (entry, .init()) }
             return (entry, PathDescriptors.shared.forget(self, closing: false))
@@ -262,6 +273,7 @@ package final class ChannelCore: @unchecked Sendable {
             lock.unlock()
             operation.finishWithoutIO(error)
         case .enqueue(let entry, let base):
+            settleFlagsLocked()
             insertActiveLocked(operation)
             let ready = operation.enqueue(on: entry, base: base)
             lock.unlock()
@@ -297,6 +309,8 @@ package final class ChannelCore: @unchecked Sendable {
             openPathNow()
             lock.lock()
         }
+        // (A write must not see the `O_NONBLOCK` a read's open left.)
+        if isWrite { settleFlagsLocked() }
         guard settings.directIO == .off, !lifecycle.isClosed, case .open(let entry, let base) = lifecycle.target,
               eligible(entry),
               entry.beginInline(stream: kind == .stream, isWrite: isWrite, handler: handlerLength != nil) else { return nil }
@@ -311,6 +325,7 @@ package final class ChannelCore: @unchecked Sendable {
         let checkNow = unchecked && !lifecycle.target.isUnchecked
         switch action {
         case .enqueue(let entry):
+            settleFlagsLocked()
             let ready = entry.enqueueBarrier(queue: queue, work)
             lock.unlock()
             entry.start(ready)

@@ -17,15 +17,27 @@ package enum NoWaitReads: UInt8 {
     case unknown = 0, supported = 1, unsupported = 2
 
     private static let devices = Locked<[UInt64: NoWaitReads]>([:])
+    /// The last device learned, `device << 8 | answer` (0: none), read
+    /// without the lock: files opened one after another are mostly on one
+    /// device, and each entry asks once.
+    private static let last = Atomic<UInt64>(0)
 
     /// What is known of `device` so far.
     package static func of(device: UInt64) -> NoWaitReads {
-        devices.withLock { $0[device] ?? .unknown }
+        let cached = last.load(ordering: .relaxed)
+        if cached != 0, cached >> 8 == device, let answer = NoWaitReads(rawValue: UInt8(truncatingIfNeeded: cached)) {
+            return answer
+        }
+        return devices.withLock { $0[device] ?? .unknown }
     }
 
     /// The first inline read on `device` said.
     package static func learn(_ answer: NoWaitReads, device: UInt64) {
-        devices.withLock { $0[device] = answer }
+        devices.withLock {
+            $0[device] = answer
+            // (Only a device number that fits; any other asks the lock.)
+            last.store(device >> 56 == 0 ? device << 8 | UInt64(answer.rawValue) : 0, ordering: .relaxed)
+        }
     }
 }
 

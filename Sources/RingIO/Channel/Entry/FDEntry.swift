@@ -431,7 +431,7 @@ final class FDEntry: @unchecked Sendable {
 
     private func runCleanups(_ list: [Cleanup]) {
         // The ring's table holds the file open: empty its slot first.
-        guard let fixedFile else { return closeAndRunCleanups(list) }
+        guard let fixedFile, !fixedFile.releaseIfUnregistered() else { return closeAndRunCleanups(list) }
         fixedFile.release { [self] in closeAndRunCleanups(list) }
     }
 
