@@ -159,3 +159,47 @@ struct EngineTimerFireTests {
         #expect(next.wait(timeout: .seconds(300)))
     }
 }
+
+@Suite("Worker pool readiness: last references")
+struct PoolReadinessLastReferenceTests {
+    @Test("a readiness handler holding the last reference to a timer service: its deinit runs outside the pool's lock")
+    func lastReferenceInAReadinessHandler() throws {
+        // The handler stops its own watch, so the poll keeper's (or the
+        // watchdog's) list of ready handlers holds the last reference to
+        // it; the service's deinit then takes the pool's lock. Dropping
+        // that list under the lock deadlocked the pool (found by CI's ASan
+        // run: a source cancelled while its readiness was being handled).
+        let pool = WorkerPool.shared
+        let fds = try Syscall.pipe(capacity: 4096)
+        defer {
+            Syscall.closeIgnoringErrors(fds.read)
+            Syscall.closeIgnoringErrors(fds.write)
+        }
+        let ran = Latch()
+        let watchBox = Locked<PoolWatch?>(nil)
+        weak var gone: EngineTimerService?
+        do {
+            let timers = EngineTimerService()
+            gone = timers
+            _ = timers.arm(deadline: .now + .seconds(3600), leeway: .zero) {}
+            let watch = try pool.watch(fd: fds.read, events: Syscall.epollIn) { [timers] _ in
+                withExtendedLifetime(timers) {}
+                watchBox.withLock { $0 }?.stop()
+                ran.signal()
+            }
+            watchBox.withLock { $0 = watch }
+        }
+        var byte: UInt8 = 1
+        _ = try withUnsafeBytes(of: &byte) { try Syscall.write(fds.write, from: $0) }
+        #expect(ran.wait(timeout: .seconds(300)))
+        #expect(waitUntil(timeout: .seconds(300)) { gone == nil })
+        watchBox.withLock { $0 = nil }
+        // The pool still takes jobs (from another thread: a deadlocked pool
+        // would block the submit itself).
+        let next = Latch()
+        spawnThread(name: "submitter") {
+            pool.submit(.plain({ next.signal() }, level: IOQueue.Priority.default.rawValue))
+        }
+        #expect(next.wait(timeout: .seconds(300)))
+    }
+}

@@ -235,11 +235,11 @@ extension WorkerPool {
         pollWaiting = true
         pollUntil = timeout < 0 ? .max : earliest
         lock.unlock()
-        let ready = poller.wait(timeout: timeout)
+        var ready = poller.wait(timeout: timeout)
         lock.lock()
         pollWaiting = false
         pollWoken = false
-        runReadiness(ready, byWorker: true)
+        runReadiness(&ready, poller: poller, byWorker: true)
         return true
     }
 
@@ -248,16 +248,20 @@ extension WorkerPool {
     func pollReadinessFromWatchdog() {
         guard readinessUnkept, let poller else { return }
         lock.unlock()
-        let ready = poller.wait(timeout: 0)
+        var ready = poller.wait(timeout: 0)
         lock.lock()
-        runReadiness(ready, byWorker: false)
+        runReadiness(&ready, poller: poller, byWorker: false)
     }
 
-    /// Under the lock: runs `ready`'s handlers with the lock released. On
-    /// a worker, submits meanwhile wake no other worker: this one takes
-    /// their jobs next.
-    private func runReadiness(_ ready: [(@Sendable (UInt32) -> Void, UInt32)], byWorker: Bool) {
-        guard !ready.isEmpty, let poller else { return }
+    /// Under the lock: runs `ready`'s handlers with the lock released, and
+    /// drops them before it takes the lock again: a handler may hold the
+    /// last reference to something whose deinit takes this lock (a source
+    /// stopped meanwhile, whose engine's timer service unschedules its
+    /// alarm). On a worker, submits meanwhile wake no other worker: this
+    /// one takes their jobs next.
+    private func runReadiness(_ ready: inout [(@Sendable (UInt32) -> Void, UInt32)], poller: PoolPoller,
+                              byWorker: Bool) {
+        guard !ready.isEmpty else { return }
         if byWorker {
             poller.byWorker.add(ready.count, ordering: .relaxed)
         } else {
@@ -268,6 +272,7 @@ extension WorkerPool {
         DeliveryBatch().collect {
             for (handler, events) in ready { handler(events) }
         }
+        ready.removeAll()
         lock.lock()
         if byWorker { firingWorkers -= 1 }
     }
